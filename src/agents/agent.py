@@ -1,0 +1,48 @@
+"""The agent contract: turn the latest observation of many episodes into replies at once."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import final
+
+from src.records.episode import Episode, EpisodeStatus
+
+
+@dataclass(frozen=True)
+class AgentReply:
+    """A reply, or None with the status that ends the episode (e.g. context limit)."""
+
+    content: str | None
+    status: EpisodeStatus | None = None
+
+
+class Agent(ABC):
+    @final
+    def start_episode(self, episode: Episode) -> None:
+        """Called after the task's reset, when `episode.chat` holds the first message."""
+        self._start_episode(episode)
+
+    @final
+    def act(self, episodes: Sequence[Episode]) -> list[AgentReply]:
+        """Reply to the last user message of every episode (one batched model call)."""
+        if not episodes:
+            return []
+        replies = self._act(episodes)
+        if len(replies) != len(episodes):
+            raise RuntimeError(f"{type(self).__name__} gave {len(replies)} replies "
+                               f"for {len(episodes)} episodes")
+        return replies
+
+    @contextmanager
+    def evaluating(self, temperature: float) -> Iterator[None]:
+        """Within this block, act as for evaluation (e.g. greedy decoding)."""
+        yield
+
+    def _start_episode(self, episode: Episode) -> None:  # noqa: B027 - optional hook
+        """Hook: set up per-episode state."""
+
+    @abstractmethod
+    def _act(self, episodes: Sequence[Episode]) -> list[AgentReply]: ...

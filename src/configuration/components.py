@@ -1,0 +1,93 @@
+"""Turning `{name, module, parameters}` into classes with checked parameters."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import typing
+from typing import Any
+
+from pydantic import ConfigDict, ValidationError, create_model
+
+from src.configuration.assignment import ComponentConfig
+from src.configuration.yaml_source import YamlSource
+
+# Registered short names; a config may name any other class by `module`.
+REGISTRY: dict[str, str] = {
+    "math_problems": "src.tasks.instance.math_problems.task.MathProblemsTask",
+    "oracle_agent": "src.agents.instance.oracle_agent.OracleAgent",
+    "lora_rl_agent": "src.agents.instance.lora_rl_agent.LoRARLAgent",
+    "huggingface_lora": (
+        "src.language_models.instance.huggingface_lora_language_model"
+        ".HuggingfaceLoRALanguageModel"
+    ),
+    "rl_training": "src.callbacks.instance.rl_training_callback.RLTrainingCallback",
+}
+
+
+def import_dotted(path: str) -> Any:
+    module_name, _, attribute = path.rpartition(".")
+    if not module_name:
+        raise ImportError(f"'{path}' is not a dotted path 'package.module.Class'")
+    module = importlib.import_module(module_name)
+    try:
+        return getattr(module, attribute)
+    except AttributeError as error:
+        raise ImportError(f"module '{module_name}' has no attribute '{attribute}'") from error
+
+
+def resolve_class(spec: ComponentConfig, key_path: tuple[str | int, ...], source: YamlSource,
+                  expected_base: type) -> type:
+    dotted = spec.module or REGISTRY.get(spec.name)
+    where = (*key_path, "module") if spec.module else (*key_path, "name")
+    if dotted is None:
+        raise source.error(
+            f"'{spec.name}' is not a registered component and no 'module' is given "
+            f"(registered: {', '.join(sorted(REGISTRY))})", where)
+    try:
+        cls = import_dotted(dotted)
+    except ImportError as error:
+        raise source.error(f"cannot import '{dotted}': {error}", where) from error
+    if not (inspect.isclass(cls) and issubclass(cls, expected_base)):
+        raise source.error(f"'{dotted}' is not a subclass of {expected_base.__name__}", where)
+    return cls
+
+
+def constructor_fields(cls: type) -> dict[str, tuple[Any, Any]]:
+    """The constructor's parameters as pydantic field definitions."""
+    hints = typing.get_type_hints(cls.__init__)
+    fields: dict[str, tuple[Any, Any]] = {}
+    for name, parameter in inspect.signature(cls.__init__).parameters.items():
+        if name == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        default = ... if parameter.default is inspect.Parameter.empty else parameter.default
+        fields[name] = (hints.get(name, Any), default)
+    return fields
+
+
+def validate_parameters(cls: type, parameters: dict[str, Any], key_path: tuple[str | int, ...],
+                        source: YamlSource, references: dict[str, type]) -> dict[str, Any]:
+    """Check parameters against the constructor's type hints; unknown keys are errors.
+
+    `references` maps a parameter type (e.g. LanguageModel) that a config names by
+    string to that type: such parameters are checked as names and resolved later.
+    """
+    fields = constructor_fields(cls)
+    referenced = {name: field for name, field in fields.items()
+                  if inspect.isclass(field[0]) and any(issubclass(field[0], ref)
+                                                       for ref in references.values())}
+    for name in referenced:
+        fields[name] = (str, fields[name][1])
+    model = create_model(f"{cls.__name__}Parameters",
+                         __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=True),
+                         **fields)
+    try:
+        validated = model.model_validate(parameters)
+    except ValidationError as error:
+        first = error.errors()[0]
+        location = (*key_path, "parameters", *first["loc"])
+        messages = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
+        raise source.error(f"invalid parameters for {cls.__name__}: {messages}",
+                           location) from error
+    return {name: getattr(validated, name) for name in fields}

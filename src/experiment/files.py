@@ -1,0 +1,85 @@
+"""Atomic file writes and an append-only jsonl log that can be cut back to a commit point."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write to a temp file in the same folder, fsync, then rename over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temp_name, path)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, value: Any) -> None:
+    atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+@contextmanager
+def atomic_directory(path: Path) -> Iterator[Path]:
+    """Yield a fresh temp folder; on success it replaces `path` in one rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    try:
+        yield temp
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(temp, path)
+    finally:
+        if temp.exists():
+            shutil.rmtree(temp, ignore_errors=True)
+
+
+def remove_stale_temporaries(folder: Path) -> None:
+    """Drop temp files and folders left by a process killed mid-write."""
+    if not folder.is_dir():
+        return
+    for entry in folder.glob(".*.tmp"):
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+class JsonlLog:
+    """An append-only jsonl file. `size` is the commit point a resumed run cuts back to."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(exist_ok=True)
+
+    @property
+    def size(self) -> int:
+        return self.path.stat().st_size
+
+    def truncate(self, size: int) -> None:
+        with self.path.open("r+b") as stream:
+            stream.truncate(size)
+
+    def append(self, rows: Iterable[dict[str, Any]]) -> None:
+        text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        with self.path.open("a", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+
+    def read(self) -> list[dict[str, Any]]:
+        with self.path.open(encoding="utf-8") as stream:
+            return [json.loads(line) for line in stream if line.strip()]

@@ -1,0 +1,231 @@
+"""The experiment loop: batches of samples, G rollouts each, all episodes in lockstep."""
+
+from __future__ import annotations
+
+import logging
+import random
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+
+from src.callbacks.callback import BatchContext
+from src.configuration.assignment import AssignmentConfig
+from src.experiment.assembly import Components
+from src.experiment.files import JsonlLog, atomic_directory
+from src.experiment.metrics import MetricsLog, episode_statistics, summarize
+from src.experiment.run_directory import RunDirectory, RunState
+from src.records.chat import Role
+from src.records.episode import Episode, EpisodeRecord, EpisodeStatus, Outcome, Sample
+from src.tasks.task import Task
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINTS_KEPT = 3
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Which sample ids each batch holds, derived from the config alone (so resumable)."""
+
+    batches: list[list[str]]
+
+    @classmethod
+    def build(cls, sample_ids: Sequence[str], assignment: AssignmentConfig) -> Schedule:
+        rollout = assignment.rollout
+        order = assignment.sample_order
+        batches: list[list[str]] = []
+        for epoch in range(rollout.num_epochs):
+            if isinstance(order, list):
+                missing = [sample_id for sample_id in order if sample_id not in set(sample_ids)]
+                if missing:
+                    raise ValueError(f"sample_order names unknown sample ids: {missing[:5]}")
+                ids = list(order)
+            else:
+                ids = list(sample_ids)
+                if order == "random":
+                    random.Random(f"{assignment.random_seed}-{epoch}").shuffle(ids)
+            size = rollout.batch_size
+            batches += [ids[start:start + size] for start in range(0, len(ids), size)]
+        if rollout.max_batches is not None:
+            batches = batches[: rollout.max_batches]
+        return cls(batches)
+
+
+def _episode_seed(random_seed: int, batch_index: int, slot: int) -> int:
+    return (random_seed * 1_000_003 + batch_index * 10_007 + slot) % (2**31)
+
+
+class ExperimentLoop:
+    def __init__(self, assignment: AssignmentConfig, components: Components,
+                 run: RunDirectory, show_progress: bool = True) -> None:
+        self.assignment = assignment
+        self.components = components
+        self.run = run
+        self.show_progress = show_progress
+        self.runs_log = JsonlLog(run.path / "runs.jsonl")
+        self.metrics = MetricsLog(run.path)
+        self._tasks: list[Task] = []
+
+    # ---- episodes ------------------------------------------------------------------
+    def _task_pool(self, size: int) -> list[Task]:
+        while len(self._tasks) < size:
+            self._tasks.append(self.components.make_task())
+        return self._tasks[:size]
+
+    def run_episodes(self, samples: Sequence[tuple[Sample, int]], batch_index: int,
+                     notify_callbacks: bool = True) -> list[Episode]:
+        """Roll out (sample, group_index) pairs together until every episode ends."""
+        callbacks = list(self.components.callbacks.values()) if notify_callbacks else []
+        agent = self.components.agent
+        episodes: list[Episode] = []
+        for slot, ((sample, group_index), task) in enumerate(
+                zip(samples, self._task_pool(len(samples)), strict=True)):
+            episode = Episode(sample=sample, group_index=group_index, batch_index=batch_index,
+                              task=task)
+            for callback in callbacks:
+                callback.on_session_created(episode)
+            observation, info = task.reset(
+                seed=_episode_seed(self.assignment.random_seed, batch_index, slot),
+                options={"sample": sample})
+            episode.add_message(Role.USER, observation)
+            episode.info.update(info)
+            agent.start_episode(episode)
+            for callback in callbacks:
+                callback.on_task_reset(episode)
+            episodes.append(episode)
+
+        while running := [episode for episode in episodes if episode.running]:
+            replies = agent.act(running)
+            for callback in callbacks:
+                callback.on_agent_inference(running)
+            for episode, reply in zip(running, replies, strict=True):
+                if reply.content is None:
+                    episode.status = reply.status or EpisodeStatus.AGENT_CONTEXT_LIMIT
+                else:
+                    self._interact(episode, reply.content, callbacks)
+                if not episode.running:
+                    for callback in callbacks:
+                        callback.on_task_complete(episode)
+        return episodes
+
+    @staticmethod
+    def _interact(episode: Episode, reply: str, callbacks: Sequence) -> None:
+        episode.add_message(Role.AGENT, reply)
+        episode.turns += 1
+        try:
+            observation, reward, terminated, truncated, info = episode.task.step(reply)
+        except Exception:  # the environment failed, not the model: keep the run alive
+            logger.exception("task error in sample %s", episode.sample.sample_id)
+            episode.status = EpisodeStatus.TASK_ERROR
+            episode.info["task_error"] = traceback.format_exc(limit=3)
+            return
+        episode.reward += reward
+        episode.status = EpisodeStatus(info.pop("status"))
+        episode.outcome = Outcome(info.pop("outcome"))
+        episode.info.update(info)
+        if episode.running:
+            episode.add_message(Role.USER, observation)
+        for callback in callbacks:
+            callback.on_task_interact(episode)
+
+    # ---- evaluation ----------------------------------------------------------------
+    def evaluate(self, step: int) -> dict[str, float]:
+        evaluation = self.assignment.evaluation
+        task = self._task_pool(1)[0]
+        ids = list(task.sample_ids("validation"))[: evaluation.max_samples]
+        if not ids:
+            return {}
+        chunk = self.assignment.rollout.batch_size * self.assignment.rollout.group_size
+        records: list[EpisodeRecord] = []
+        with self.components.agent.evaluating(evaluation.temperature):
+            for start in range(0, len(ids), chunk):
+                torch.manual_seed(_episode_seed(self.assignment.random_seed, -1 - step, start))
+                pairs = [(task.get_sample(i), 0) for i in ids[start:start + chunk]]
+                episodes = self.run_episodes(pairs, batch_index=step, notify_callbacks=False)
+                records += [episode.to_record() for episode in episodes]
+        stats = episode_statistics(records, prefix="eval/")
+        for key, value in self._task_metrics(records, "eval/").items():
+            stats[key] = value
+        self.metrics.log(step, stats)
+        return stats
+
+    def _task_metrics(self, records: Sequence[EpisodeRecord], prefix: str) -> dict[str, float]:
+        """Means of the numeric `metric/...` entries tasks put in episode info."""
+        sums: dict[str, list[float]] = {}
+        for record in records:
+            for key, value in record.info.items():
+                if key.startswith("metric/") and isinstance(value, int | float):
+                    sums.setdefault(prefix + key.removeprefix("metric/"), []).append(float(value))
+        return {key: sum(values) / len(values) for key, values in sums.items()}
+
+    # ---- the run -------------------------------------------------------------------
+    def execute(self, state: RunState) -> dict:
+        assignment = self.assignment
+        callbacks = self.components.callbacks
+        # Cut the logs back to the last committed batch: the batch in flight is redone.
+        self.runs_log.truncate(state.runs_bytes)
+        self.metrics.jsonl.truncate(state.metrics_bytes)
+        for callback_id, callback in callbacks.items():
+            self.run.prune_checkpoints(callback_id, CHECKPOINTS_KEPT, state.completed_batches)
+            if state.completed_batches > 0:
+                callback.restore_state(self.run.checkpoint_dir(callback_id,
+                                                               state.completed_batches))
+
+        task = self._task_pool(1)[0]
+        schedule = Schedule.build(task.sample_ids("train"), assignment)
+        total = len(schedule.batches)
+        evaluation = assignment.evaluation
+        if state.completed_batches == 0 and evaluation.at_start and state.metrics_bytes == 0:
+            self.evaluate(step=0)
+            state = state.model_copy(update={"metrics_bytes": self.metrics.jsonl.size})
+            self.run.write_state(state)
+
+        group_size = assignment.rollout.group_size
+        progress = tqdm(total=total, initial=state.completed_batches, unit="batch",
+                        disable=not self.show_progress, dynamic_ncols=True)
+        try:
+            for batch_index in range(state.completed_batches, total):
+                torch.manual_seed(_episode_seed(assignment.random_seed, batch_index, 0))
+                samples = [task.get_sample(sample_id) for sample_id in schedule.batches[batch_index]]
+                pairs = [(sample, g) for sample in samples for g in range(group_size)]
+                episodes = self.run_episodes(pairs, batch_index)
+                records = [episode.to_record() for episode in episodes]
+                self.runs_log.append(record.model_dump(mode="json") for record in records)
+
+                step = batch_index + 1
+                metrics = episode_statistics(records)
+                metrics.update(self._task_metrics(records, ""))
+                context = BatchContext(batch_index, episodes, group_size)
+                for callback in callbacks.values():
+                    metrics.update(callback.on_batch_end(context))
+                self.metrics.log(step, metrics)
+                if evaluation.every_n_batches and step % evaluation.every_n_batches == 0:
+                    self.evaluate(step)
+                elif evaluation.at_end and step == total:
+                    self.evaluate(step)
+
+                for callback_id, callback in callbacks.items():
+                    with atomic_directory(self.run.checkpoint_dir(callback_id, step)) as folder:
+                        callback.save_state(folder)
+                state = RunState(completed_batches=step, runs_bytes=self.runs_log.size,
+                                 metrics_bytes=self.metrics.jsonl.size)
+                self.run.write_state(state)
+                for callback_id in callbacks:
+                    self.run.prune_checkpoints(callback_id, CHECKPOINTS_KEPT, step)
+                progress.update(1)
+                progress.set_postfix(reward=f"{metrics.get('reward', 0.0):.3f}",
+                                     success=f"{metrics.get('success_rate', 0.0):.2f}")
+        finally:
+            progress.close()
+            self.metrics.close()
+            for task_instance in self._tasks:
+                task_instance.close()
+
+        records = [EpisodeRecord.model_validate(row) for row in self.runs_log.read()]
+        summary = summarize(records)
+        self.run.write_summary(summary)
+        self.run.write_state(state.model_copy(update={"finished": True}))
+        return summary

@@ -1,0 +1,70 @@
+"""Metrics: per-batch rollout statistics, jsonl + TensorBoard logging, the run summary."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from src.experiment.files import JsonlLog
+from src.records.episode import EpisodeRecord, EpisodeStatus, Outcome
+
+
+def episode_statistics(records: Sequence[EpisodeRecord], prefix: str = "") -> dict[str, float]:
+    """Mean reward, success rate, status shares and lengths over some episodes."""
+    if not records:
+        return {}
+    rewards = [record.reward for record in records]
+    count = len(records)
+    stats = {
+        f"{prefix}reward": statistics.fmean(rewards),
+        f"{prefix}success_rate": sum(r.outcome is Outcome.CORRECT for r in records) / count,
+        f"{prefix}turns/mean": statistics.fmean(r.turns for r in records),
+        f"{prefix}completions/mean_length": statistics.fmean(r.completion_tokens for r in records),
+        f"{prefix}episodes": float(count),
+    }
+    for status in EpisodeStatus:
+        if status is not EpisodeStatus.RUNNING:
+            stats[f"{prefix}status/{status.value}"] = (
+                sum(r.status is status for r in records) / count)
+    return stats
+
+
+def summarize(records: Iterable[EpisodeRecord]) -> dict[str, Any]:
+    """Overall and per-category statistics of a run's episodes."""
+    records = list(records)
+    by_category: dict[str, list[EpisodeRecord]] = defaultdict(list)
+    for record in records:
+        by_category[record.category].append(record)
+    return {
+        "overall": episode_statistics(records),
+        "per_category": {category: episode_statistics(items)
+                         for category, items in sorted(by_category.items())},
+    }
+
+
+class MetricsLog:
+    """metrics.jsonl (one row per logged step) mirrored to TensorBoard events."""
+
+    def __init__(self, output_dir: Path) -> None:
+        self.jsonl = JsonlLog(output_dir / "metrics.jsonl")
+        self._tensorboard_dir = output_dir / "tensorboard"
+        self._writer = None
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        clean = {key: float(value) for key, value in metrics.items()}
+        self.jsonl.append([{"step": step, **clean}])
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=str(self._tensorboard_dir))
+        for key, value in clean.items():
+            self._writer.add_scalar(key, value, global_step=step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

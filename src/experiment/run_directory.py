@@ -1,0 +1,127 @@
+"""The output folder of a run: where it is, what it has committed, whether it may resume."""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from src.configuration.assignment import RESUME_SAFE_KEYS, ExperimentConfig
+from src.configuration.errors import ConfigError
+from src.experiment.files import atomic_write_json, atomic_write_text, remove_stale_temporaries
+
+TIMESTAMP = "{TIMESTAMP}"
+STATE_FILE = "run_state.json"
+CONFIG_FILE = "config.yaml"
+
+
+class RunState(BaseModel):
+    """The commit point: everything after these offsets belongs to an unfinished batch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    completed_batches: int = 0
+    runs_bytes: int = 0
+    metrics_bytes: int = 0
+    finished: bool = False
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return flat or {prefix: {}}
+    return {prefix: value}
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Dotted keys whose values differ, ignoring keys that do not change results."""
+    flat_old, flat_new = _flatten(old), _flatten(new)
+    return sorted(key for key in flat_old.keys() | flat_new.keys()
+                  if key not in RESUME_SAFE_KEYS and flat_old.get(key) != flat_new.get(key))
+
+
+class RunDirectory:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.callback_state = path / "callback_state"
+
+    @classmethod
+    def resolve(cls, pattern: str, config: ExperimentConfig, fresh: bool = False) -> RunDirectory:
+        """A concrete folder for `pattern`.
+
+        With `{TIMESTAMP}` in the pattern, the newest unfinished run of the same config
+        is resumed (so re-running the same command continues it); otherwise, or with
+        `fresh`, a new timestamped folder is made.
+        """
+        if TIMESTAMP not in pattern:
+            return cls(Path(pattern))
+        if not fresh:
+            dump = config.model_dump(mode="json")
+            candidates = sorted(glob.glob(glob.escape(pattern).replace(
+                glob.escape(TIMESTAMP), "*")), reverse=True)
+            for candidate in candidates:
+                run = cls(Path(candidate))
+                state = run.read_state()
+                if state and not state.finished and not config_changes(run.stored_config(), dump):
+                    return run
+        stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H-%M-%S")
+        return cls(Path(pattern.replace(TIMESTAMP, stamp)))
+
+    def read_state(self) -> RunState | None:
+        path = self.path / STATE_FILE
+        if not path.is_file():
+            return None
+        return RunState.model_validate_json(path.read_text(encoding="utf-8"))
+
+    def write_state(self, state: RunState) -> None:
+        atomic_write_json(self.path / STATE_FILE, state.model_dump())
+
+    def stored_config(self) -> dict[str, Any]:
+        path = self.path / CONFIG_FILE
+        return yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+    def start(self, config: ExperimentConfig, config_path: Path) -> RunState:
+        """Create the folder, or check that a resumed run still has the same config."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.path)
+        dump = config.model_dump(mode="json")
+        state = self.read_state()
+        if state is not None:
+            changes = config_changes(self.stored_config(), dump)
+            if changes:
+                raise ConfigError(
+                    f"{self.path} holds a run with a different config; changed: "
+                    f"{', '.join(changes)}. Restore those keys to resume, or choose a new "
+                    "output_dir.", file=str(config_path), key=changes[0])
+            return state
+        atomic_write_text(self.path / CONFIG_FILE, yaml.safe_dump(dump, sort_keys=False))
+        state = RunState()
+        self.write_state(state)
+        return state
+
+    def checkpoint_dir(self, callback_id: str, completed_batches: int) -> Path:
+        return self.callback_state / callback_id / f"checkpoint-{completed_batches:06d}"
+
+    def prune_checkpoints(self, callback_id: str, keep: int, committed: int) -> None:
+        """Keep the newest `keep` committed checkpoints; drop any beyond the commit point."""
+        folder = self.callback_state / callback_id
+        remove_stale_temporaries(folder)
+        checkpoints = sorted(folder.glob("checkpoint-*"))
+        for checkpoint in checkpoints:
+            step = int(checkpoint.name.split("-")[1])
+            if step > committed:
+                shutil.rmtree(checkpoint)
+        kept = [c for c in checkpoints if int(c.name.split("-")[1]) <= committed]
+        for checkpoint in kept[:-keep] if keep > 0 else []:
+            shutil.rmtree(checkpoint)
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")

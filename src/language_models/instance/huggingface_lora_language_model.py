@@ -1,0 +1,263 @@
+"""A Hugging Face causal LM with a PEFT LoRA adapter: samples with log-probs, scores, trains.
+
+Sampling is a plain decode loop over the KV cache rather than `generate`, so that each
+sampled token's log-prob comes from exactly the distribution it was drawn from, and so
+that finished rows leave the batch (multi-turn batches finish unevenly).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Literal
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
+from peft.utils import load_peft_weights
+from pydantic import BaseModel, ConfigDict
+from torch.utils.checkpoint import checkpoint
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+from src.language_models.embedded_model import DEFAULT_MODEL, resolve_model_path
+from src.language_models.language_model import (
+    Generation,
+    SamplingParams,
+    ScoredTokens,
+    TokenBatch,
+    TrainableLanguageModel,
+)
+
+LOGIT_CHUNK = 1024  # scored positions per lm_head chunk: bounds the [chunk, vocab] logits
+
+
+class LoRASettings(BaseModel):
+    """The seed's `lora_config` block (PEFT LoraConfig fields)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    r: int = 16
+    lora_alpha: int = 32
+    target_modules: list[str] | str = "all-linear"
+    lora_dropout: float = 0.0
+    bias: Literal["none", "all", "lora_only"] = "none"
+    task_type: Literal["CAUSAL_LM"] = "CAUSAL_LM"
+
+
+def _choose_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _choose_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":  # exact fp32 on CPU; bf16 where the GPU makes it the norm
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, dtype)
+
+
+def _sample_from_logits(logits: torch.Tensor, temperature: float,
+                        top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row; return it with its log-prob under the sampling distribution."""
+    logits = logits.float()
+    if temperature == 0.0:
+        log_probs = torch.log_softmax(logits, dim=-1)
+        tokens = log_probs.argmax(dim=-1)
+        return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
+    logits = logits / temperature
+    if top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        sorted_probs = sorted_logits.softmax(dim=-1)
+        # drop a token when the mass before it already reaches top_p (the first always stays)
+        outside = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= top_p
+        sorted_logits = sorted_logits.masked_fill(outside, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    log_probs = torch.log_softmax(logits, dim=-1)
+    tokens = torch.multinomial(log_probs.exp(), num_samples=1).squeeze(-1)
+    return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
+    def __init__(
+        self,
+        model_name_or_path: str = DEFAULT_MODEL,
+        role_dict: dict[str, str] | None = None,
+        lora_config: LoRASettings | None = None,
+        dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto",
+        device: str = "auto",
+        max_context_tokens: int | None = None,
+        adapter_path: str | None = None,
+        gradient_checkpointing: bool = False,
+    ) -> None:
+        self.model_name_or_path = model_name_or_path
+        role_dict = {key.lower(): value for key, value in (role_dict or {}).items()}
+        self.role_dict = {"user": role_dict.get("user", "user"),
+                          "agent": role_dict.get("agent", "assistant")}
+        self.lora_settings = lora_config or LoRASettings()
+        self.device = _choose_device(device)
+        self.dtype = _choose_dtype(dtype, self.device)
+        path = resolve_model_path(model_name_or_path)
+        self._tokenizer = AutoTokenizer.from_pretrained(path)
+        base = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype).to(self.device)
+        if gradient_checkpointing:
+            base.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False})
+        settings = self.lora_settings
+        self.model: PeftModel = get_peft_model(base, LoraConfig(
+            r=settings.r, lora_alpha=settings.lora_alpha, target_modules=settings.target_modules,
+            lora_dropout=settings.lora_dropout, bias=settings.bias, task_type=settings.task_type,
+            init_lora_weights=True))  # B = 0: the policy starts exactly at the base model
+        if adapter_path is not None:
+            self.load_adapter(Path(adapter_path))
+        self._max_context = max_context_tokens or int(
+            getattr(base.config, "max_position_embeddings", 4096))
+        self._policy_version = 0
+        pad = self._tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else self._tokenizer.eos_token_id
+        self.eval_mode()
+
+    # ---- LanguageModel -------------------------------------------------------------
+    @property
+    def tokenizer(self):
+        return self._tokenizer
+
+    @property
+    def max_context_tokens(self) -> int:
+        return self._max_context
+
+    @property
+    def policy_version(self) -> int:
+        return self._policy_version
+
+    def mark_updated(self) -> None:
+        self._policy_version += 1
+
+    def set_policy_version(self, version: int) -> None:
+        self._policy_version = version
+
+    def end_of_turn_ids(self) -> tuple[int, ...]:
+        ids = set(super().end_of_turn_ids())
+        configured = self.model.get_base_model().generation_config.eos_token_id
+        if configured is not None:
+            ids.update(configured if isinstance(configured, list) else [configured])
+        return tuple(sorted(ids))
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]],
+                 params: SamplingParams) -> list[list[Generation]]:
+        rows = [list(prompt) for prompt in prompts for _ in range(params.n)]
+        if not rows:
+            return []
+        stop_ids = torch.tensor(sorted(set(self.end_of_turn_ids()) | set(params.stop_token_ids)),
+                                device=self.device)
+        width = max(len(row) for row in rows)
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        for index, row in enumerate(rows):  # left padding keeps the newest tokens aligned
+            input_ids[index, width - len(row):] = torch.tensor(row)
+            attention[index, width - len(row):] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+
+        sampled: list[list[int]] = [[] for _ in rows]
+        logprobs: list[list[float]] = [[] for _ in rows]
+        finish: list[str] = ["length"] * len(rows)
+        alive = torch.arange(len(rows), device=self.device)  # original row of each batch row
+        cache = DynamicCache()
+        output = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                            past_key_values=cache, use_cache=True, logits_to_keep=1)
+        next_position = positions[:, -1:] + 1
+        for _ in range(params.max_new_tokens):
+            tokens, token_logprobs = _sample_from_logits(output.logits[:, -1, :],
+                                                         params.temperature, params.top_p)
+            stopped = torch.isin(tokens, stop_ids)
+            for row, token, logprob, stop in zip(alive.tolist(), tokens.tolist(),
+                                                 token_logprobs.tolist(), stopped.tolist(),
+                                                 strict=True):
+                sampled[row].append(token)
+                logprobs[row].append(logprob)
+                if stop:
+                    finish[row] = "stop"
+            if bool(stopped.all()):
+                break
+            if bool(stopped.any()):
+                keep = (~stopped).nonzero().squeeze(-1)
+                cache.batch_select_indices(keep)
+                alive, tokens = alive[keep], tokens[keep]
+                attention, next_position = attention[keep], next_position[keep]
+            attention = torch.cat([attention, attention.new_ones((len(alive), 1))], dim=-1)
+            output = self.model(input_ids=tokens[:, None], attention_mask=attention,
+                                position_ids=next_position, past_key_values=cache,
+                                use_cache=True, logits_to_keep=1)
+            next_position = next_position + 1
+
+        version = self._policy_version
+        generations = [Generation(sampled[i], logprobs[i], finish[i], version)  # type: ignore[arg-type]
+                       for i in range(len(rows))]
+        return [generations[start:start + params.n]
+                for start in range(0, len(generations), params.n)]
+
+    # ---- TrainableLanguageModel ----------------------------------------------------
+    def score(self, batch: TokenBatch, *, temperature: float = 1.0, with_adapter: bool = True,
+              with_entropy: bool = False) -> ScoredTokens:
+        input_ids = batch.input_ids.to(self.device)
+        attention = batch.attention_mask.to(self.device)
+        target_mask = batch.loss_mask.to(self.device)[:, 1:] > 0
+        base = self.model.get_base_model()
+        adapter = nullcontext() if with_adapter else self.model.disable_adapter()
+        with adapter:
+            hidden = base.get_decoder()(input_ids=input_ids,
+                                        attention_mask=attention).last_hidden_state
+        # hidden state t predicts token t + 1: score only positions the loss needs
+        selected = hidden[:, :-1][target_mask]
+        targets = input_ids[:, 1:][target_mask]
+        head = base.get_output_embeddings()
+        scale = 1.0 / (temperature if temperature > 0 else 1.0)
+
+        def chunk_scores(h: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            log_probs = torch.log_softmax(head(h).float() * scale, dim=-1)
+            token_logprobs = log_probs.gather(-1, t[:, None]).squeeze(-1)
+            entropy = -(log_probs.exp() * log_probs).sum(-1) if with_entropy else token_logprobs
+            return token_logprobs, entropy
+
+        pieces = []
+        for start in range(0, selected.shape[0], LOGIT_CHUNK):
+            h, t = selected[start:start + LOGIT_CHUNK], targets[start:start + LOGIT_CHUNK]
+            # recomputing the chunk in backward keeps only hidden states, not vocab-wide logits
+            pieces.append(checkpoint(chunk_scores, h, t, use_reentrant=False)
+                          if torch.is_grad_enabled() else chunk_scores(h, t))
+        flat_logprobs = torch.cat([p[0] for p in pieces]) if pieces else selected.new_zeros(0)
+        logprobs = torch.zeros(input_ids.shape, dtype=torch.float32, device=self.device)
+        logprobs[:, 1:][target_mask] = flat_logprobs.float()
+        entropy = None
+        if with_entropy:
+            entropy = torch.zeros_like(logprobs)
+            entropy[:, 1:][target_mask] = torch.cat([p[1] for p in pieces]).float()
+        return ScoredTokens(logprobs=logprobs, entropy=entropy)
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [parameter for parameter in self.model.parameters() if parameter.requires_grad]
+
+    def save_adapter(self, directory: Path) -> None:
+        self.model.save_pretrained(str(directory))
+
+    def load_adapter(self, directory: Path) -> None:
+        weights = load_peft_weights(str(directory), device=str(self.device))
+        result = set_peft_model_state_dict(self.model, weights)
+        if result.unexpected_keys:
+            raise ValueError(f"adapter at {directory} does not fit this model: unexpected "
+                             f"keys {result.unexpected_keys[:3]}")
+
+    def train_mode(self) -> None:
+        self.model.train()
+
+    def eval_mode(self) -> None:
+        self.model.eval()
+
+    # The seed's method names.
+    def save_lora(self, directory: str | Path) -> None:
+        self.save_adapter(Path(directory))
+
+    def _inference_with_logprobs(self, prompts: Sequence[Sequence[int]],
+                                 params: SamplingParams) -> list[list[Generation]]:
+        return self.generate(prompts, params)

@@ -1,0 +1,127 @@
+"""The language-model contract: batched sampling of token ids with their log-probs."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    n: int = 1
+    temperature: float = 1.0  # 0 means greedy
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    stop_token_ids: tuple[int, ...] = ()  # besides the tokenizer's end-of-turn tokens
+
+
+@dataclass
+class Generation:
+    """One sampled completion.
+
+    `logprobs[t]` is the log-prob of `token_ids[t]` under the distribution it was
+    drawn from: logits / temperature, restricted to the top-p nucleus when top_p < 1.
+    """
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: FinishReason
+    policy_version: int = 0
+
+
+@dataclass
+class TokenBatch:
+    """Right-padded token sequences for scoring; `loss_mask` marks positions to score."""
+
+    input_ids: torch.Tensor  # [batch, length]
+    attention_mask: torch.Tensor  # [batch, length]
+    loss_mask: torch.Tensor  # [batch, length], 1 where token t is scored
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @classmethod
+    def from_sequences(cls, sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[int]],
+                       pad_id: int) -> TokenBatch:
+        length = max(len(s) for s in sequences)
+        ids = torch.full((len(sequences), length), pad_id, dtype=torch.long)
+        attention = torch.zeros((len(sequences), length), dtype=torch.long)
+        loss = torch.zeros((len(sequences), length), dtype=torch.float32)
+        for row, (sequence, mask) in enumerate(zip(sequences, masks, strict=True)):
+            ids[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+            attention[row, : len(sequence)] = 1
+            loss[row, : len(mask)] = torch.tensor(mask, dtype=torch.float32)
+        return cls(ids, attention, loss)
+
+
+class LanguageModel(ABC):
+    """Anything that samples: an in-process model, a vLLM engine, a pool of them."""
+
+    @property
+    @abstractmethod
+    def tokenizer(self):  # a transformers tokenizer with a chat template
+        ...
+
+    @property
+    @abstractmethod
+    def max_context_tokens(self) -> int: ...
+
+    @property
+    def policy_version(self) -> int:
+        """How many updates the weights that sample now have seen."""
+        return 0
+
+    @abstractmethod
+    def generate(self, prompts: Sequence[Sequence[int]],
+                 params: SamplingParams) -> list[list[Generation]]:
+        """For each prompt (token ids), `params.n` completions."""
+
+    def end_of_turn_ids(self) -> tuple[int, ...]:
+        tokenizer = self.tokenizer
+        ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+        return tuple(sorted(ids))
+
+
+@dataclass
+class ScoredTokens:
+    """Per-token results of scoring a TokenBatch (zeros where the loss mask is 0)."""
+
+    logprobs: torch.Tensor  # [batch, length]
+    entropy: torch.Tensor | None  # [batch, length]
+
+
+class TrainableLanguageModel(LanguageModel):
+    """A policy whose adapter is trained in process."""
+
+    @abstractmethod
+    def score(self, batch: TokenBatch, *, temperature: float = 1.0, with_adapter: bool = True,
+              with_entropy: bool = False) -> ScoredTokens:
+        """Log-probs of `input_ids[t]` given the tokens before it, at the scored positions.
+
+        With gradients when the model is in train mode; `with_adapter=False` gives the
+        reference policy (the base model) without a second copy of the weights.
+        """
+
+    @abstractmethod
+    def trainable_parameters(self) -> list[torch.nn.Parameter]: ...
+
+    @abstractmethod
+    def save_adapter(self, directory: Path) -> None: ...
+
+    @abstractmethod
+    def load_adapter(self, directory: Path) -> None: ...
+
+    @abstractmethod
+    def train_mode(self) -> None: ...
+
+    @abstractmethod
+    def eval_mode(self) -> None: ...
+
+    @abstractmethod
+    def mark_updated(self) -> None:
+        """Record that an optimiser step changed the weights (bumps policy_version)."""

@@ -1,0 +1,101 @@
+"""Records of samples and episodes: what tasks hand out and what the run log keeps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from src.records.chat import ChatMessage, Role
+
+if TYPE_CHECKING:
+    from src.records.trajectory import Trajectory
+    from src.tasks.task import Task
+
+
+class EpisodeStatus(StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"  # the task reached its own end (answer given, any outcome)
+    TASK_LIMIT_REACHED = "task_limit_reached"  # round limit hit
+    AGENT_CONTEXT_LIMIT = "agent_context_limit"  # the next prompt would not fit the model
+    TASK_ERROR = "task_error"  # the environment itself failed (not the model's fault)
+
+
+class Outcome(StrEnum):
+    CORRECT = "correct"
+    INCORRECT = "incorrect"
+    UNKNOWN = "unknown"
+
+
+class Sample(BaseModel):
+    """One task instance: an id, a category for per-category metrics, and its data."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sample_id: str
+    category: str = "default"
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class EpisodeRecord(BaseModel):
+    """One line of runs.jsonl."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sample_id: str
+    group_index: int
+    batch_index: int
+    category: str
+    status: EpisodeStatus
+    outcome: Outcome
+    reward: float
+    turns: int
+    prompt_tokens: int
+    completion_tokens: int
+    policy_version: int | None = None
+    chat: list[ChatMessage]
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+@dataclass
+class Episode:
+    """The live state of one episode while a batch is stepped in lockstep."""
+
+    sample: Sample
+    group_index: int
+    batch_index: int
+    task: Task
+    chat: list[ChatMessage] = field(default_factory=list)
+    status: EpisodeStatus = EpisodeStatus.RUNNING
+    outcome: Outcome = Outcome.UNKNOWN
+    reward: float = 0.0
+    turns: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+    trajectory: Trajectory | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.status is EpisodeStatus.RUNNING
+
+    def add_message(self, role: Role, content: str) -> None:
+        self.chat.append(ChatMessage(role=role, content=content))
+
+    def to_record(self) -> EpisodeRecord:
+        trajectory = self.trajectory
+        return EpisodeRecord(
+            sample_id=self.sample.sample_id,
+            group_index=self.group_index,
+            batch_index=self.batch_index,
+            category=self.sample.category,
+            status=self.status,
+            outcome=self.outcome,
+            reward=self.reward,
+            turns=self.turns,
+            prompt_tokens=trajectory.prompt_token_count if trajectory else 0,
+            completion_tokens=trajectory.completion_token_count if trajectory else 0,
+            policy_version=trajectory.policy_version if trajectory else None,
+            chat=list(self.chat),
+            info=self.info,
+        )

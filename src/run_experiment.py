@@ -1,0 +1,71 @@
+"""Run an assignment: python src/run_experiment.py --config_path configs/assignments/X.yaml"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make `import src...` work from anywhere
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from src.configuration.errors import ConfigError  # noqa: E402
+from src.experiment.assembly import (  # noqa: E402
+    build_components,
+    load_experiment_config,
+    plan_experiment,
+)
+from src.experiment.loop import ExperimentLoop  # noqa: E402
+from src.experiment.run_directory import RunDirectory  # noqa: E402
+
+
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config_path", required=True, type=Path, help="assignment YAML file")
+    parser.add_argument("--output_dir", default=None,
+                        help="overrides assignment_config.output_dir ({TIMESTAMP} allowed)")
+    parser.add_argument("--dry_run", action="store_true",
+                        help="validate the assignment and print the plan; load no weights")
+    parser.add_argument("--new_run", action="store_true",
+                        help="with {TIMESTAMP} in output_dir, start fresh instead of resuming")
+    parser.add_argument("--no_progress", action="store_true", help="hide the progress bar")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = parse_arguments(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config, source = load_experiment_config(arguments.config_path)
+        if arguments.output_dir is not None:
+            assignment = config.assignment_config.model_copy(
+                update={"output_dir": arguments.output_dir})
+            config = config.model_copy(update={"assignment_config": assignment})
+        plan = plan_experiment(config, source)
+        if arguments.dry_run:
+            print(plan.describe())
+            print("dry run: the assignment is valid")
+            return 0
+        run = RunDirectory.resolve(config.assignment_config.output_dir, config,
+                                   fresh=arguments.new_run)
+        state = run.start(config, arguments.config_path)
+    except ConfigError as error:
+        print(f"config error: {error}", file=sys.stderr)
+        return 2
+    if state.finished:
+        print(f"{run.path} is already finished; summary in {run.path / 'summary.json'}")
+        return 0
+    print(f"output_dir: {run.path}" + (f" (resuming after batch {state.completed_batches})"
+                                       if state.completed_batches else ""))
+    components = build_components(plan)
+    loop = ExperimentLoop(config.assignment_config, components, run,
+                          show_progress=not arguments.no_progress)
+    summary = loop.execute(state)
+    print(json.dumps(summary["overall"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Sources of math problems: a seeded procedural generator, GSM8K jsonl, any jsonl/parquet."""
+
+from __future__ import annotations
+
+import json
+import random
+from functools import lru_cache
+from pathlib import Path
+
+from src.records.episode import Sample
+
+_NAMES = ["Ana", "Ben", "Chen", "Dara", "Eli", "Farah", "Goro", "Hana"]
+_ITEMS = ["apples", "books", "marbles", "stickers", "pencils", "coins"]
+
+
+def procedural_problem(level: int, rng: random.Random) -> tuple[str, str]:
+    """A (question, answer) pair; level 1 is single-digit sums, higher levels are harder."""
+    if level == 1:
+        a, b = rng.randint(0, 9), rng.randint(0, 9)
+        return f"What is {a} + {b}?", str(a + b)
+    if level == 2:
+        a, b = rng.randint(10, 99), rng.randint(1, 9)
+        if rng.random() < 0.5:
+            return f"What is {a} + {b}?", str(a + b)
+        return f"What is {a} - {b}?", str(a - b)
+    if level == 3:
+        a, b = rng.randint(2, 9), rng.randint(2, 9)
+        return f"What is {a} * {b}?", str(a * b)
+    if level == 4:
+        name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
+        have, more = rng.randint(2, 20), rng.randint(2, 20)
+        return (f"{name} has {have} {item} and gets {more} more. "
+                f"How many {item} does {name} have now?", str(have + more))
+    raise ValueError(f"procedural level must be 1-4, got {level}")
+
+
+def procedural_sample(seed: int, split: str, index: int, levels: tuple[int, ...]) -> Sample:
+    rng = random.Random(f"{seed}-{split}-{index}")
+    level = levels[index % len(levels)]
+    question, answer = procedural_problem(level, rng)
+    return Sample(sample_id=f"{split}-{index:06d}", category=f"level{level}",
+                  data={"question": question, "answer": answer})
+
+
+def gsm8k_final_answer(answer: str) -> str:
+    """GSM8K puts the final answer after `#### `; thousands separators are dropped."""
+    if "####" not in answer:
+        raise ValueError("GSM8K answer has no '#### ' final answer")
+    return answer.split("####")[-1].strip().replace(",", "")
+
+
+@lru_cache(maxsize=8)
+def load_rows(path: str, question_key: str, answer_key: str,
+              gsm8k: bool) -> tuple[tuple[str, str], ...]:
+    """(question, answer) rows of a jsonl or parquet file; errors name the file and line."""
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"math data file not found: {file}")
+    if file.suffix == ".parquet":
+        import pyarrow.parquet as parquet  # optional: only for parquet sources
+
+        table = parquet.read_table(file).to_pylist()
+        raw = [(index + 1, row) for index, row in enumerate(table)]
+    else:
+        raw = []
+        for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+            if line.strip():
+                try:
+                    raw.append((number, json.loads(line)))
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{file}:{number}: invalid JSON: {error}") from error
+    rows = []
+    for number, row in raw:
+        if question_key not in row or answer_key not in row:
+            raise ValueError(f"{file}:{number}: row lacks '{question_key}' or '{answer_key}'")
+        answer = str(row[answer_key])
+        try:
+            answer = gsm8k_final_answer(answer) if gsm8k else answer
+        except ValueError as error:
+            raise ValueError(f"{file}:{number}: {error}") from error
+        rows.append((str(row[question_key]), answer))
+    return tuple(rows)

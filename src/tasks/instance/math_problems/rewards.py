@@ -1,0 +1,104 @@
+"""Math reward functions (open-r1 / Fast-Math-R1), each a small named function.
+
+Each takes the completion text and the gold answer and returns a float. They are
+combined with weights by the task (`reward_weights` in the config).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import logging
+
+from math_verify import parse, verify
+
+# Timeouts are disabled on purpose (see is_correct); the library warns on every call.
+logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+_BOXED = re.compile(r"\\boxed\{")
+_NUMBER = re.compile(r"^\s*-?\d+(?:\.\d+)?\s*$")
+
+
+def last_boxed_content(text: str) -> str | None:
+    """The content of the last balanced `\\boxed{...}`, or None."""
+    starts = [match.end() for match in _BOXED.finditer(text)]
+    for start in reversed(starts):
+        depth = 1
+        for position in range(start, len(text)):
+            if text[position] == "{":
+                depth += 1
+            elif text[position] == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[start:position]
+    return None
+
+
+def answer_part(completion: str) -> str:
+    """The text after the reasoning block, where the final answer is expected."""
+    return completion.split("</think>")[-1]
+
+
+def is_correct(completion: str, gold: str) -> bool:
+    """math-verify on the last boxed answer. Gold goes first: verify is not symmetric.
+
+    Both timeouts are off: math-verify enforces them with SIGALRM, which fails outside
+    the main thread (thread pools, Ray workers).
+    """
+    boxed = last_boxed_content(answer_part(completion))
+    if boxed is None or not boxed.strip():
+        return False
+    gold_parsed = parse(f"${gold}$", parsing_timeout=None)
+    predicted = parse(f"$\\boxed{{{boxed}}}$", parsing_timeout=None)
+    if not gold_parsed or not predicted:
+        return False
+    return bool(verify(gold_parsed, predicted, timeout_seconds=None))
+
+
+def accuracy(completion: str, gold: str) -> float:
+    return 1.0 if is_correct(completion, gold) else 0.0
+
+
+def boxed_number(completion: str, gold: str) -> float:
+    """1.0 for a well-formed numeric boxed answer, right or wrong (a small format credit)."""
+    boxed = last_boxed_content(answer_part(completion))
+    return 1.0 if boxed is not None and _NUMBER.match(boxed) else 0.0
+
+
+def format2(completion: str, gold: str) -> float:
+    """Fast-Math-R1's format reward: a boxed answer before `</think>`."""
+    head, separator, _ = completion.partition("</think>")
+    return 1.0 if separator and last_boxed_content(head) is not None else 0.0
+
+
+@dataclass(frozen=True)
+class CosineScaling:
+    """Length-scaled correctness (open-r1's cosine reward); L counts completion tokens."""
+
+    max_value_correct: float = 1.0
+    min_value_correct: float = 0.1
+    max_value_wrong: float = -0.1
+    min_value_wrong: float = -1.0
+    max_len: int = 30000
+    clip_len: bool = True
+
+    def __call__(self, correct: bool, length: int) -> float:
+        progress = length / self.max_len
+        if self.clip_len:
+            progress = min(1.0, progress)
+        cosine = math.cos(math.pi * progress)
+        if correct:
+            return self.min_value_correct + 0.5 * (
+                self.max_value_correct - self.min_value_correct) * (1.0 + cosine)
+        return self.max_value_wrong + 0.5 * (
+            self.min_value_wrong - self.max_value_wrong) * (1.0 + cosine)
+
+
+TEXT_REWARDS: dict[str, Callable[[str, str], float]] = {
+    "accuracy": accuracy,
+    "boxed_number": boxed_number,
+    "format2": format2,
+}

@@ -28,6 +28,9 @@ class Callback:
 
     callback_id: str = ""
 
+    def on_run_start(self, total_batches: int) -> None:  # noqa: B027
+        """The run (or its resumption) starts; `total_batches` is the schedule's length."""
+
     def on_session_created(self, episode: Episode) -> None:  # noqa: B027
         """An episode was created for a sample (before the task's reset)."""
 

@@ -168,15 +168,15 @@ class ExperimentLoop:
         # Cut the logs back to the last committed batch: the batch in flight is redone.
         self.runs_log.truncate(state.runs_bytes)
         self.metrics.jsonl.truncate(state.metrics_bytes)
+        task = self._task_pool(1)[0]
+        schedule = Schedule.build(task.sample_ids("train"), assignment)
+        total = len(schedule.batches)
         for callback_id, callback in callbacks.items():
+            callback.on_run_start(total)
             self.run.prune_checkpoints(callback_id, CHECKPOINTS_KEPT, state.completed_batches)
             if state.completed_batches > 0:
                 callback.restore_state(self.run.checkpoint_dir(callback_id,
                                                                state.completed_batches))
-
-        task = self._task_pool(1)[0]
-        schedule = Schedule.build(task.sample_ids("train"), assignment)
-        total = len(schedule.batches)
         evaluation = assignment.evaluation
         if state.completed_batches == 0 and evaluation.at_start and state.metrics_bytes == 0:
             self.evaluate(step=0)
@@ -202,9 +202,7 @@ class ExperimentLoop:
                 for callback in callbacks.values():
                     metrics.update(callback.on_batch_end(context))
                 self.metrics.log(step, metrics)
-                if evaluation.every_n_batches and step % evaluation.every_n_batches == 0:
-                    self.evaluate(step)
-                elif evaluation.at_end and step == total:
+                if evaluation.every_n_batches and step % evaluation.every_n_batches == 0 or evaluation.at_end and step == total:
                     self.evaluate(step)
 
                 for callback_id, callback in callbacks.items():

@@ -6,12 +6,11 @@ combined with weights by the task (`reward_weights` in the config).
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import logging
 
 from math_verify import parse, verify
 

@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from src.configuration.errors import ConfigError
+from src.experiment.assembly import load_experiment_config, plan_experiment
+
+VALID = """\
+assignment_config:
+  output_dir: {output}
+  rollout: {{batch_size: 2, group_size: 1}}
+  task:
+    name: math_problems
+    parameters: {{num_train: 4, num_validation: 2}}
+  agent:
+    name: oracle_agent
+  callback_dict: {{}}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "assignment.yaml"
+    path.write_text(text)
+    return path
+
+
+def plan(path: Path):
+    config, source = load_experiment_config(path)
+    return plan_experiment(config, source)
+
+
+def test_valid_assignment_plans(tmp_path: Path) -> None:
+    result = plan(write(tmp_path, VALID.format(output=tmp_path / "out")))
+    assert result.task.cls.__name__ == "MathProblemsTask"
+    assert result.task.parameters["num_train"] == 4
+
+
+def test_unknown_key_names_path_file_and_line(tmp_path: Path) -> None:
+    text = VALID.format(output=tmp_path).replace("  rollout:", "  rollot: 3\n  rollout:")
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as error:
+        plan(path)
+    message = str(error.value)
+    assert "assignment_config.rollot" in message and "Extra inputs" in message
+    assert f"{path}:3" in message
+
+
+def test_wrong_type_names_the_key(tmp_path: Path) -> None:
+    text = VALID.format(output=tmp_path).replace("batch_size: 2", "batch_size: many")
+    with pytest.raises(ConfigError, match=r"rollout\.batch_size"):
+        plan(write(tmp_path, text))
+
+
+def test_unknown_component_parameter_is_rejected(tmp_path: Path) -> None:
+    text = VALID.format(output=tmp_path).replace("num_train: 4", "num_trian: 4")
+    with pytest.raises(ConfigError, match=r"task\.parameters\.num_trian.*Extra inputs"):
+        plan(write(tmp_path, text))
+
+
+def test_wrong_parameter_type_is_rejected(tmp_path: Path) -> None:
+    text = VALID.format(output=tmp_path).replace("num_train: 4", "num_train: lots")
+    with pytest.raises(ConfigError, match=r"task\.parameters\.num_train"):
+        plan(write(tmp_path, text))
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        plan(tmp_path / "absent.yaml")
+
+
+def test_bad_component_path(tmp_path: Path) -> None:
+    text = VALID.format(output=tmp_path).replace(
+        "    name: oracle_agent", "    name: oracle_agent\n    module: src.agents.nowhere.Agent")
+    with pytest.raises(ConfigError, match=r"agent\.module.*cannot import 'src\.agents\.nowhere"):
+        plan(write(tmp_path, text))
+
+
+def test_component_of_the_wrong_kind(tmp_path: Path) -> None:
+    text = VALID.format(output=tmp_path).replace(
+        "    name: oracle_agent",
+        "    name: oracle_agent\n    module: src.tasks.instance.math_problems.task.MathProblemsTask")
+    with pytest.raises(ConfigError, match="is not a subclass of Agent"):
+        plan(write(tmp_path, text))
+
+
+def test_unregistered_name_without_module(tmp_path: Path) -> None:
+    text = VALID.format(output=tmp_path).replace("name: oracle_agent", "name: orcale_agent")
+    with pytest.raises(ConfigError, match="'orcale_agent' is not a registered component"):
+        plan(write(tmp_path, text))
+
+
+def test_language_model_reference_must_exist(tmp_path: Path) -> None:
+    text = VALID.format(output=tmp_path).replace(
+        "    name: oracle_agent", "    name: lora_rl_agent\n    parameters: {language_model: nope}")
+    with pytest.raises(ConfigError, match="names language model 'nope'"):
+        plan(write(tmp_path, text))
+
+
+def test_scientific_notation_is_a_number(tmp_path: Path) -> None:
+    from src.configuration.yaml_source import load_yaml_text
+
+    assert load_yaml_text("a: 1e-5\nb: 2E3\nc: 1.5") == {"a": 1e-5, "b": 2000.0, "c": 1.5}
+
+
+def test_invalid_yaml_reports_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"assignment\.yaml:2: invalid YAML"):
+        plan(write(tmp_path, "assignment_config:\n  task: a: b\n"))
+
+
+def test_every_shipped_assignment_is_valid() -> None:
+    folder = Path(__file__).resolve().parents[2] / "configs" / "assignments"
+    files = sorted(folder.glob("*.yaml"))
+    assert files
+    for path in files:
+        plan(path)

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from src.tasks.instance.math_problems.problems import gsm8k_final_answer
+from src.tasks.instance.math_problems.rewards import (
+    CosineScaling,
+    accuracy,
+    boxed_number,
+    format2,
+    last_boxed_content,
+)
+from src.tasks.instance.math_problems.task import MathProblemsTask
+
+
+def test_accuracy_correct_wrong_unparseable() -> None:
+    assert accuracy("so \\boxed{12}", "12") == 1.0
+    assert accuracy("so \\boxed{\\frac{1}{2}}", "0.5") == 1.0
+    assert accuracy("so \\boxed{13}", "12") == 0.0
+    assert accuracy("the answer is 12", "12") == 0.0  # only a boxed answer counts
+    assert accuracy("\\boxed{", "12") == 0.0
+    assert accuracy("\\boxed{}", "12") == 0.0
+
+
+def test_accuracy_reads_the_answer_after_think() -> None:
+    assert accuracy("<think>maybe \\boxed{3}</think> final \\boxed{4}", "4") == 1.0
+    assert accuracy("<think>maybe \\boxed{4}</think> final \\boxed{3}", "4") == 0.0
+
+
+def test_accuracy_works_in_worker_threads() -> None:
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(accuracy, ["\\boxed{7}", "\\boxed{8}"], ["7", "7"]))
+    assert results == [1.0, 0.0]
+
+
+def test_boxed_number_and_format2() -> None:
+    assert boxed_number("\\boxed{41}", "7") == 1.0
+    assert boxed_number("\\boxed{x+1}", "7") == 0.0
+    assert format2("<think>\\boxed{3}</think>", "3") == 1.0
+    assert format2("<think>work</think>\\boxed{3}", "3") == 0.0
+    assert format2("\\boxed{3}", "3") == 0.0
+    assert last_boxed_content("\\boxed{\\frac{1}{2}} and \\boxed{a{b}}") == "a{b}"
+
+
+def test_cosine_scaling_at_the_pinned_lengths() -> None:
+    cosine = CosineScaling(max_len=100, clip_len=True)
+    assert cosine(True, 0) == pytest.approx(1.0)
+    assert cosine(True, 50) == pytest.approx(0.55)
+    assert cosine(True, 150) == pytest.approx(0.1)
+    assert cosine(False, 0) == pytest.approx(-1.0)
+    assert cosine(False, 50) == pytest.approx(-0.55)
+    assert cosine(False, 150) == pytest.approx(-0.1)
+    unclipped = CosineScaling(max_len=100, clip_len=False)
+    assert unclipped(True, 150) == pytest.approx(0.55)  # cos(1.5 pi) = 0
+
+
+def test_gsm8k_gold_answers_score_one(shared_data: Path) -> None:
+    path = shared_data / "gsm8k" / "train-300.jsonl"
+    task = MathProblemsTask(source="gsm8k", data_path=str(path), num_validation=20)
+    assert len(task.sample_ids("train")) == 280
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for row, sample_id in zip(rows, list(task.sample_ids("train")) + list(
+            task.sample_ids("validation")), strict=True):
+        gold = gsm8k_final_answer(row["answer"])
+        task.reset(options={"sample_id": sample_id})
+        _, reward, terminated, _, info = task.step(f"The answer is \\boxed{{{gold}}}.")
+        assert reward == 1.0 and terminated, (sample_id, gold)
+
+
+def test_malformed_data_row_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"question": "q", "answer": "#### 1"}\n{"question": "q"}\n')
+    with pytest.raises(ValueError, match=r"bad\.jsonl:2: row lacks"):
+        MathProblemsTask(source="gsm8k", data_path=str(path), num_validation=1)
+
+
+def test_procedural_samples_are_seeded() -> None:
+    one, two = MathProblemsTask(seed=3, levels=[1, 4]), MathProblemsTask(seed=3, levels=[1, 4])
+    assert one.get_sample("train-000005") == two.get_sample("train-000005")
+    assert one.get_sample("train-000000") != one.get_sample("validation-000000")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from pydantic import ValidationError
 
 from src.agents.agent import Agent
@@ -122,6 +123,8 @@ class Components:
 
 
 def build_components(plan: ExperimentPlan) -> Components:
+    # LoRA A matrices are drawn at construction: seed so that two runs start alike.
+    torch.manual_seed(plan.config.assignment_config.random_seed)
     language_models = {name: lm.cls(**lm.parameters) for name, lm in plan.language_models.items()}
 
     def instantiate(component: ComponentPlan) -> Any:

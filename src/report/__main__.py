@@ -1,0 +1,67 @@
+"""Learning curves of a run: python -m src.report OUTPUT_DIR  ->  OUTPUT_DIR/report/*.png"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+CURVES = [
+    ("reward", ["reward", "eval/reward"], "mean episode reward"),
+    ("success", ["success_rate", "eval/success_rate"], "share of correct episodes"),
+    ("kl", ["train/kl"], "KL to the reference"),
+    ("entropy", ["train/entropy"], "mean token entropy (nats)"),
+    ("length", ["completions/mean_length", "eval/completions/mean_length"],
+     "completion tokens per episode"),
+    ("zero_std", ["train/frac_reward_zero_std"], "share of groups with no reward spread"),
+]
+
+
+def load_metrics(output_dir: Path) -> list[dict[str, float]]:
+    path = output_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"no metrics.jsonl in {output_dir}")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot(output_dir: Path) -> list[Path]:
+    rows = load_metrics(output_dir)
+    folder = output_dir / "report"
+    folder.mkdir(exist_ok=True)
+    written = []
+    for name, keys, label in CURVES:
+        series = {key: [(row["step"], row[key]) for row in rows if key in row] for key in keys}
+        series = {key: points for key, points in series.items() if points}
+        if not series:
+            continue
+        figure, axes = plt.subplots(figsize=(6, 4))
+        for key, points in series.items():
+            steps, values = zip(*points, strict=True)
+            axes.plot(steps, values, marker="o", markersize=3, label=key)
+        axes.set_xlabel("training step (batches)")
+        axes.set_ylabel(label)
+        axes.set_title(f"{name}: {output_dir.name}")
+        axes.grid(alpha=0.3)
+        axes.legend()
+        figure.tight_layout()
+        path = folder / f"{name}.png"
+        figure.savefig(path, dpi=110)
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("output_dir", type=Path)
+    for path in plot(parser.parse_args().output_dir):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Peak RSS of one GRPO step (rollout + update) on the embedded model.
+
+python bench/grpo_step_memory.py [--prompts 4] [--samples 4] [--new_tokens 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from src.agents.instance.lora_rl_agent import LoRARLAgent  # noqa: E402
+from src.callbacks.callback import BatchContext  # noqa: E402
+from src.callbacks.instance.rl_training_callback import RLTrainingCallback  # noqa: E402
+from src.language_models.instance.huggingface_lora_language_model import (  # noqa: E402
+    HuggingfaceLoRALanguageModel,
+)
+from src.records.chat import Role  # noqa: E402
+from src.records.episode import Episode  # noqa: E402
+from src.tasks.instance.math_problems.task import MathProblemsTask  # noqa: E402
+
+
+def peak_rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--new_tokens", type=int, default=128)
+    arguments = parser.parse_args()
+    torch.manual_seed(0)
+    model = HuggingfaceLoRALanguageModel()
+    agent = LoRARLAgent(model, max_new_tokens=arguments.new_tokens)
+    callback = RLTrainingCallback(model, algorithm="grpo", learning_rate=1e-5, kl_coef=0.01)
+    callback.on_run_start(1)
+    print(f"after loading: peak RSS {peak_rss_gib():.2f} GiB")
+    episodes = []
+    for index in range(arguments.prompts * arguments.samples):
+        task = MathProblemsTask(levels=[4], worked_example=False,
+                                instruction="Explain your reasoning step by step in detail.")
+        observation, _ = task.reset(options={"sample_id": f"train-{index // arguments.samples:06d}"})
+        episode = Episode(task.sample, index % arguments.samples, 0, task)
+        episode.add_message(Role.USER, observation)
+        agent.start_episode(episode)
+        episodes.append(episode)
+    start = time.perf_counter()
+    for episode, reply in zip(episodes, agent.act(episodes), strict=True):
+        episode.add_message(Role.AGENT, reply.content)
+        _, episode.reward, _, _, _ = episode.task.step(reply.content)
+    rollout = time.perf_counter() - start
+    start = time.perf_counter()
+    metrics = callback.on_batch_end(BatchContext(0, episodes, arguments.samples))
+    update = time.perf_counter() - start
+    lengths = [episode.trajectory.completion_token_count for episode in episodes]
+    print(f"config: {arguments.prompts} prompts x {arguments.samples} samples x "
+          f"{arguments.new_tokens} new tokens max, fp32 CPU, LoRA r=16 all-linear, KL k3 on")
+    print(f"completion tokens: mean {sum(lengths) / len(lengths):.1f}, max {max(lengths)}")
+    print(f"rollout {rollout:.1f} s, update {update:.1f} s, loss {metrics['train/loss']:.4f}")
+    print(f"peak RSS of the GRPO step: {peak_rss_gib():.2f} GiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -34,12 +34,22 @@ def prompt(model, text: str) -> list[int]:
 
 
 def test_zero_initialised_lora_equals_the_base_model(model) -> None:
+    # Every adapter adds exactly zero (B = 0) ...
+    layers = [m for m in model.model.modules() if hasattr(m, "lora_B") and "default" in m.lora_B]
+    assert layers
+    for layer in layers:
+        x = torch.randn(3, layer.lora_A["default"].in_features)
+        delta = layer.lora_B["default"](layer.lora_A["default"](x))
+        assert torch.count_nonzero(delta) == 0
+    # ... so the logits equal the base model's up to the CPU BLAS's run-to-run rounding,
+    # which differs between two forwards of the very same weights too.
     ids = torch.tensor([prompt(model, "What is 2 + 2?")])
     with torch.no_grad():
         with_adapter = model.model(input_ids=ids).logits
         with model.model.disable_adapter():
             base = model.model(input_ids=ids).logits
-    assert torch.equal(with_adapter, base)
+    assert torch.allclose(with_adapter, base, rtol=0, atol=1e-2)
+    assert (with_adapter.argmax(-1) == base.argmax(-1)).all()
 
 
 def test_sampling_logprobs_match_recomputed_logprobs(model) -> None:

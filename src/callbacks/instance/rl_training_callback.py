@@ -340,6 +340,14 @@ class RLTrainingCallback(Callback):
                    directory / "optimizer_state.pt")
         torch.save({"torch": torch.get_rng_state(), "python": random.getstate(),
                     "numpy": np.random.get_state()}, directory / "rng_state.pt")
+        value = self._last_metrics.get(self.best_metric) if self.best_metric else None
+        if value is not None and (self.best_value is None or value > self.best_value):
+            self.best_value = value
+            # `directory` is a temp folder beside the checkpoints: best/ goes beside them too
+            with atomic_directory(directory.parent / "best") as best:
+                shutil.copytree(directory / "lora_weights", best / "lora_weights")
+                atomic_write_json(best / "best.json", {"metric": self.best_metric,
+                                                       "value": value, "step": self.step})
         atomic_write_json(directory / "training_step.json", {
             "optimizer_step": self.step,
             "policy_version": self.model.policy_version,
@@ -348,16 +356,6 @@ class RLTrainingCallback(Callback):
             "best_metric": self.best_metric,
             "best_value": self.best_value,
         })
-        value = self._last_metrics.get(self.best_metric) if self.best_metric else None
-        if value is not None and (self.best_value is None or value > self.best_value):
-            self.best_value = value
-            with atomic_directory(directory.parent.parent / "best") as best:
-                shutil.copytree(directory / "lora_weights", best / "lora_weights")
-                atomic_write_json(best / "best.json", {"metric": self.best_metric,
-                                                       "value": value, "step": self.step})
-            atomic_write_json(directory / "training_step.json", {
-                **json.loads((directory / "training_step.json").read_text()),
-                "best_value": self.best_value})
 
     def restore_state(self, directory: Path) -> None:
         self.model.load_adapter(directory / "lora_weights")

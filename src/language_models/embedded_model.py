@@ -46,6 +46,7 @@ def _gguf_path(model: EmbeddedModel, name: str) -> Path:
 def _convert(gguf: Path, architecture: str, target: Path) -> None:
     # Loading from GGUF dequantises; such a model refuses training and saving, so its
     # weights are moved into a plain model built from the same config.
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -54,7 +55,11 @@ def _convert(gguf: Path, architecture: str, target: Path) -> None:
     settings.pop("quantization_config", None)
     settings["architectures"] = [architecture]
     config = AutoConfig.for_model(**settings)
-    model = AutoModelForCausalLM.from_config(config)
+    # from_config draws random initial weights: without the fork, a first run (which
+    # converts) would leave the global RNG elsewhere than later runs, and the seeded LoRA
+    # initialisation would differ between them.
+    with torch.random.fork_rng(devices=[]):
+        model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(loaded.state_dict())
     with atomic_directory(target) as folder:
         model.save_pretrained(folder)

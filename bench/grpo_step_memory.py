@@ -1,6 +1,7 @@
 """Peak RSS of one GRPO step (rollout + update) on the embedded model.
 
 python bench/grpo_step_memory.py [--prompts 4] [--samples 4] [--new_tokens 128]
+    [--micro_batch_max_tokens 512 | 0 for one micro-batch] [--gradient_checkpointing]
 """
 
 from __future__ import annotations
@@ -35,11 +36,14 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--new_tokens", type=int, default=128)
+    parser.add_argument("--micro_batch_max_tokens", type=int, default=512)
+    parser.add_argument("--gradient_checkpointing", action="store_true")
     arguments = parser.parse_args()
     torch.manual_seed(0)
-    model = HuggingfaceLoRALanguageModel()
+    model = HuggingfaceLoRALanguageModel(gradient_checkpointing=arguments.gradient_checkpointing)
     agent = LoRARLAgent(model, max_new_tokens=arguments.new_tokens)
-    callback = RLTrainingCallback(model, algorithm="grpo", learning_rate=1e-5, kl_coef=0.01)
+    callback = RLTrainingCallback(model, algorithm="grpo", learning_rate=1e-5, kl_coef=0.01,
+                                  micro_batch_max_tokens=arguments.micro_batch_max_tokens or None)
     callback.on_run_start(1)
     print(f"after loading: peak RSS {peak_rss_gib():.2f} GiB")
     episodes = []
@@ -56,14 +60,18 @@ def main() -> None:
         episode.add_message(Role.AGENT, reply.content)
         _, episode.reward, _, _, _ = episode.task.step(reply.content)
     rollout = time.perf_counter() - start
+    rollout_peak = peak_rss_gib()
     start = time.perf_counter()
     metrics = callback.on_batch_end(BatchContext(0, episodes, arguments.samples))
     update = time.perf_counter() - start
     lengths = [episode.trajectory.completion_token_count for episode in episodes]
     print(f"config: {arguments.prompts} prompts x {arguments.samples} samples x "
-          f"{arguments.new_tokens} new tokens max, fp32 CPU, LoRA r=16 all-linear, KL k3 on")
+          f"{arguments.new_tokens} new tokens max, fp32 CPU, LoRA r=16 all-linear, KL k3 on, "
+          f"micro_batch_max_tokens={arguments.micro_batch_max_tokens or None}, "
+          f"gradient_checkpointing={arguments.gradient_checkpointing}")
     print(f"completion tokens: mean {sum(lengths) / len(lengths):.1f}, max {max(lengths)}")
-    print(f"rollout {rollout:.1f} s, update {update:.1f} s, loss {metrics['train/loss']:.4f}")
+    print(f"peak RSS after the rollout: {rollout_peak:.2f} GiB")
+    print(f"rollout {rollout:.1f} s, update {update:.1f} s, loss {metrics['loss']:.4f}")
     print(f"peak RSS of the GRPO step: {peak_rss_gib():.2f} GiB")
 
 

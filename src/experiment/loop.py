@@ -196,8 +196,8 @@ class ExperimentLoop:
                 self.runs_log.append(record.model_dump(mode="json") for record in records)
 
                 step = batch_index + 1
-                metrics = episode_statistics(records)
-                metrics.update(self._task_metrics(records, ""))
+                metrics = episode_statistics(records, prefix="rollout/")
+                metrics.update(self._task_metrics(records, "rollout/"))
                 context = BatchContext(batch_index, episodes, group_size)
                 for callback in callbacks.values():
                     metrics.update(callback.on_batch_end(context))
@@ -214,8 +214,8 @@ class ExperimentLoop:
                 for callback_id in callbacks:
                     self.run.prune_checkpoints(callback_id, CHECKPOINTS_KEPT, step)
                 progress.update(1)
-                progress.set_postfix(reward=f"{metrics.get('reward', 0.0):.3f}",
-                                     success=f"{metrics.get('success_rate', 0.0):.2f}")
+                progress.set_postfix(reward=f"{metrics.get('rollout/reward', 0.0):.3f}",
+                                     success=f"{metrics.get('rollout/success_rate', 0.0):.2f}")
         finally:
             progress.close()
             self.metrics.close()

@@ -12,13 +12,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 CURVES = [
-    ("reward", ["reward", "eval/reward"], "mean episode reward"),
-    ("success", ["success_rate", "eval/success_rate"], "share of correct episodes"),
-    ("kl", ["train/kl"], "KL to the reference"),
-    ("entropy", ["train/entropy"], "mean token entropy (nats)"),
+    ("reward", ["rollout/reward", "eval/reward"], "mean episode reward"),
+    ("success", ["rollout/success_rate", "eval/success_rate"], "share of correct episodes"),
+    ("kl", ["kl"], "KL to the reference"),
+    ("entropy", ["entropy"], "mean token entropy (nats)"),
     ("length", ["completions/mean_length", "eval/completions/mean_length"],
      "completion tokens per episode"),
-    ("zero_std", ["train/frac_reward_zero_std"], "share of groups with no reward spread"),
+    ("zero_std", ["frac_reward_zero_std"], "share of groups with no reward spread"),
 ]
 
 

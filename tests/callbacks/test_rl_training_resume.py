@@ -93,4 +93,4 @@ def test_killed_run_resumes_to_the_same_adapter(tmp_path: Path) -> None:
     rows = (straight / "runs.jsonl").read_text().splitlines()
     assert rows == (killed / "runs.jsonl").read_text().splitlines()
     metrics = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
-    assert [row["train/policy_version"] for row in metrics] == [1.0, 2.0, 3.0, 4.0]
+    assert [row["policy_version"] for row in metrics] == [1.0, 2.0, 3.0, 4.0]

@@ -10,8 +10,8 @@ from src.report.__main__ import plot
 
 def test_report_writes_a_png_per_logged_curve(tmp_path: Path) -> None:
     rows = [{"step": 0, "eval/reward": 0.1},
-            {"step": 1, "reward": 0.2, "success_rate": 0.1, "train/kl": 0.01},
-            {"step": 2, "reward": 0.4, "success_rate": 0.3, "train/kl": 0.02}]
+            {"step": 1, "rollout/reward": 0.2, "rollout/success_rate": 0.1, "kl": 0.01},
+            {"step": 2, "rollout/reward": 0.4, "rollout/success_rate": 0.3, "kl": 0.02}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     written = sorted(path.name for path in plot(tmp_path))
     assert written == ["kl.png", "reward.png", "success.png"]

@@ -76,8 +76,9 @@ class RLTrainingCallback(Callback):
         lr_schedule: Literal["constant", "cosine"] = "constant",
         warmup_ratio: float = 0.0,
         gradient_accumulation_steps: int = 1,
+        micro_batch_max_tokens: int | None = 512,
         max_grad_norm: float | None = 1.0,
-        best_metric: str | None = "train/reward",
+        best_metric: str | None = "reward",
         seed: int = 0,
     ) -> None:
         self.model = language_model
@@ -111,6 +112,7 @@ class RLTrainingCallback(Callback):
         self.lr_schedule = lr_schedule
         self.warmup_ratio = warmup_ratio
         self.gradient_accumulation_steps = gradient_accumulation_steps
+        self.micro_batch_max_tokens = micro_batch_max_tokens
         self.max_grad_norm = max_grad_norm
         self.best_metric = best_metric
         self.seed = seed
@@ -156,17 +158,10 @@ class RLTrainingCallback(Callback):
     def on_batch_end(self, batch: BatchContext) -> dict[str, float]:
         episodes = [e for e in batch.episodes if e.trajectory and e.trajectory.completion_token_count]
         if not episodes:
-            return {"train/skipped_batches": 1.0}
+            return {"skipped_batches": 1.0}
         trajectories = [episode.trajectory for episode in episodes]
-        masks = [list(t.loss_mask) for t in trajectories]
-        if self.mask_truncated_completions:
-            masks = [[0] * len(m) if t.truncated else m for t, m in zip(trajectories, masks, strict=True)]
-        tokens = TokenBatch.from_sequences([t.token_ids for t in trajectories], masks,
-                                           pad_id=getattr(self.model, "pad_id", 0))
-        old_logprobs = torch.zeros_like(tokens.loss_mask)
-        for row, trajectory in enumerate(trajectories):
-            old_logprobs[row, : len(trajectory.sampling_logprobs)] = torch.tensor(
-                trajectory.sampling_logprobs)
+        tokens = self._token_batch(episodes)
+        old_logprobs = tokens.extras["old_logprobs"]
         returns = torch.tensor([self.episode_return(e) for e in episodes], dtype=torch.float32)
         group_keys = {(e.sample.sample_id, e.batch_index) for e in episodes}
         group_index = {key: i for i, key in enumerate(sorted(group_keys))}
@@ -188,19 +183,35 @@ class RLTrainingCallback(Callback):
         if self.zero_std_groups == "drop":
             keep = ~zero_spread
         metrics.update({
-            "train/reward": returns.mean().item(),
-            "train/reward_std": returns.std(unbiased=True).item() if len(returns) > 1 else 0.0,
-            "train/frac_reward_zero_std": zero_spread.float().mean().item(),
-            "train/advantage_abs_mean": advantage.abs().mean().item(),
+            "reward": returns.mean().item(),
+            "reward_std": returns.std(unbiased=True).item() if len(returns) > 1 else 0.0,
+            "frac_reward_zero_std": zero_spread.float().mean().item(),
+            "advantage_abs_mean": advantage.abs().mean().item(),
             "completions/mean_length": tokens.loss_mask.sum(-1).mean().item(),
             "completions/clipped_ratio": float(np.mean([t.truncated for t in trajectories])),
         })
         if keep.any():
             metrics.update(self._optimise(tokens, old_logprobs, ref_logprobs, advantage, keep))
         self.model.mark_updated()
-        metrics["train/policy_version"] = float(self.model.policy_version)
+        metrics["policy_version"] = float(self.model.policy_version)
         self._last_metrics = metrics
         return metrics
+
+    def _token_batch(self, episodes: list[Episode]) -> TokenBatch:
+        """The episodes' token ids, loss masks and (as extras) the sampler's log-probs."""
+        trajectories = [episode.trajectory for episode in episodes]
+        masks = [list(t.loss_mask) for t in trajectories]
+        if self.mask_truncated_completions:
+            masks = [[0] * len(m) if t.truncated else m
+                     for t, m in zip(trajectories, masks, strict=True)]
+        tokens = TokenBatch.from_sequences([t.token_ids for t in trajectories], masks,
+                                           pad_id=getattr(self.model, "pad_id", 0))
+        old_logprobs = torch.zeros_like(tokens.loss_mask)
+        for row, trajectory in enumerate(trajectories):
+            old_logprobs[row, : len(trajectory.sampling_logprobs)] = torch.tensor(
+                trajectory.sampling_logprobs)
+        tokens.extras["old_logprobs"] = old_logprobs
+        return tokens
 
     def _advantages(self, returns: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
         baseline: torch.Tensor | float = 0.0
@@ -226,16 +237,34 @@ class RLTrainingCallback(Callback):
     @torch.no_grad()
     def _reference_logprobs(self, tokens: TokenBatch) -> torch.Tensor:
         self.model.eval_mode()
-        parts = []
-        for rows in self._micro_batches(list(range(tokens.input_ids.shape[0]))):
-            parts.append(self.model.score(self._select(tokens, rows), temperature=self.temperature,
-                                          with_adapter=False).logprobs)
-        return torch.cat(parts)
+        reference = torch.zeros_like(tokens.loss_mask)
+        for rows in self._micro_batches(list(range(tokens.input_ids.shape[0])), tokens):
+            part = self.model.score(self._select(tokens, rows), temperature=self.temperature,
+                                    with_adapter=False).logprobs
+            reference[rows, : part.shape[1]] = part.to(reference.device)
+        return reference
 
-    def _micro_batches(self, rows: list[int]) -> list[list[int]]:
+    def _micro_batches(self, rows: list[int], tokens: TokenBatch) -> list[list[int]]:
+        """`gradient_accumulation_steps` equal parts, each cut further so that its padded
+        size (rows x longest row) stays within `micro_batch_max_tokens`: activation memory
+        grows with that size, and the loss is the same however the rows are split."""
         count = max(1, min(self.gradient_accumulation_steps, len(rows)))
         size = math.ceil(len(rows) / count)
-        return [rows[start:start + size] for start in range(0, len(rows), size)]
+        parts = [rows[start:start + size] for start in range(0, len(rows), size)]
+        if self.micro_batch_max_tokens is None:
+            return parts
+        lengths = tokens.attention_mask.sum(-1).tolist()
+        micro_batches: list[list[int]] = []
+        for part in parts:
+            current: list[int] = []
+            for row in part:
+                width = max([lengths[r] for r in current] + [lengths[row]])
+                if current and (len(current) + 1) * width > self.micro_batch_max_tokens:
+                    micro_batches.append(current)
+                    current = []
+                current.append(row)
+            micro_batches.append(current)
+        return micro_batches
 
     @staticmethod
     def _select(tokens: TokenBatch, rows: list[int]) -> TokenBatch:
@@ -254,7 +283,7 @@ class RLTrainingCallback(Callback):
         # token-weighted sums (divided by their token counts at the end) and per-step values
         token_sums: dict[str, float] = {}
         token_counts: dict[str, float] = {}
-        per_step: dict[str, list[float]] = {"train/loss": [], "train/grad_norm": []}
+        per_step: dict[str, list[float]] = {"loss": [], "grad_norm": []}
 
         def add_tokens(key: str, values: torch.Tensor, mask: torch.Tensor) -> None:
             token_sums[key] = token_sums.get(key, 0.0) + (values.detach() * mask).sum().item()
@@ -270,7 +299,7 @@ class RLTrainingCallback(Callback):
                 num_tokens = float(mini_mask.sum())
                 norm_length = self.loss_norm_length or int(mini_mask.sum(-1).max().item())
                 step_loss = 0.0
-                for micro in self._micro_batches(mini):
+                for micro in self._micro_batches(mini, tokens):
                     part = self._select(tokens, micro)
                     width = part.input_ids.shape[1]
                     mask = part.loss_mask
@@ -285,8 +314,8 @@ class RLTrainingCallback(Callback):
                         clip = ppo_clip_loss(scored.logprobs, old, adv, self.clip_ratio_low,
                                              self.clip_ratio_high, self.dual_clip)
                         per_token = clip.per_token
-                        add_tokens("train/clip_ratio/low_mean", clip.clipped_low.float(), mask)
-                        add_tokens("train/clip_ratio/high_mean", clip.clipped_high.float(), mask)
+                        add_tokens("clip_ratio/low_mean", clip.clipped_low.float(), mask)
+                        add_tokens("clip_ratio/high_mean", clip.clipped_high.float(), mask)
 
                     reduce = partial(aggregate, mask=mask, mode=self.loss_aggregation,
                                      norm_length=norm_length, num_sequences=len(mini),
@@ -300,22 +329,22 @@ class RLTrainingCallback(Callback):
                                         self.kl_estimator)
                         if self.kl.beta > 0 and not self.kl_in_reward:
                             loss = loss + self.kl.beta * reduce(kl)
-                        add_tokens("train/kl", kl, mask)
+                        add_tokens("kl", kl, mask)
                     loss.backward()
                     step_loss += loss.item()
-                    add_tokens("train/entropy", scored.entropy, mask)
+                    add_tokens("entropy", scored.entropy, mask)
                     if epoch == 0 and start == 0:  # before any step of this batch
-                        add_tokens("train/logprob_diff/sampler_trainer",
+                        add_tokens("logprob_diff/sampler_trainer",
                                    (scored.logprobs - old).abs(), mask)
-                per_step["train/loss"].append(step_loss)
-                per_step["train/grad_norm"].append(self._optimizer_step())
+                per_step["loss"].append(step_loss)
+                per_step["grad_norm"].append(self._optimizer_step())
         self.model.eval_mode()
         metrics = {key: token_sums[key] / max(token_counts[key], 1.0) for key in token_sums}
         metrics.update({key: sum(values) / len(values) for key, values in per_step.items()})
-        metrics["train/learning_rate"] = self.optimizer.param_groups[0]["lr"]
-        metrics["train/kl_coef"] = self.kl.beta
-        if "train/kl" in metrics:
-            self.kl.update(metrics["train/kl"], n_steps=len(rows))
+        metrics["learning_rate"] = self.optimizer.param_groups[0]["lr"]
+        metrics["kl_coef"] = self.kl.beta
+        if "kl" in metrics:
+            self.kl.update(metrics["kl"], n_steps=len(rows))
         return metrics
 
     def _optimizer_step(self) -> float:

@@ -28,7 +28,7 @@ from src.language_models.language_model import (
     TrainableLanguageModel,
 )
 
-LOGIT_CHUNK = 1024  # scored positions per lm_head chunk: bounds the [chunk, vocab] logits
+LOGIT_CHUNK = 256  # scored positions per lm_head chunk: bounds the [chunk, vocab] logits
 
 
 class LoRASettings(BaseModel):

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import logging
 import random
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,12 +14,10 @@ from src.configuration.assignment import AssignmentConfig
 from src.experiment.assembly import Components
 from src.experiment.files import JsonlLog, atomic_directory
 from src.experiment.metrics import MetricsLog, episode_statistics, summarize
+from src.experiment.rollout import roll_out_lockstep
 from src.experiment.run_directory import RunDirectory, RunState
-from src.records.chat import Role
-from src.records.episode import Episode, EpisodeRecord, EpisodeStatus, Outcome, Sample
+from src.records.episode import Episode, EpisodeRecord, Sample
 from src.tasks.task import Task
-
-logger = logging.getLogger(__name__)
 
 CHECKPOINTS_KEPT = 3
 
@@ -79,57 +75,10 @@ class ExperimentLoop:
                      notify_callbacks: bool = True) -> list[Episode]:
         """Roll out (sample, group_index) pairs together until every episode ends."""
         callbacks = list(self.components.callbacks.values()) if notify_callbacks else []
-        agent = self.components.agent
-        episodes: list[Episode] = []
-        for slot, ((sample, group_index), task) in enumerate(
-                zip(samples, self._task_pool(len(samples)), strict=True)):
-            episode = Episode(sample=sample, group_index=group_index, batch_index=batch_index,
-                              task=task)
-            for callback in callbacks:
-                callback.on_session_created(episode)
-            observation, info = task.reset(
-                seed=_episode_seed(self.assignment.random_seed, batch_index, slot),
-                options={"sample": sample})
-            episode.add_message(Role.USER, observation)
-            episode.info.update(info)
-            agent.start_episode(episode)
-            for callback in callbacks:
-                callback.on_task_reset(episode)
-            episodes.append(episode)
-
-        while running := [episode for episode in episodes if episode.running]:
-            replies = agent.act(running)
-            for callback in callbacks:
-                callback.on_agent_inference(running)
-            for episode, reply in zip(running, replies, strict=True):
-                if reply.content is None:
-                    episode.status = reply.status or EpisodeStatus.AGENT_CONTEXT_LIMIT
-                else:
-                    self._interact(episode, reply.content, callbacks)
-                if not episode.running:
-                    for callback in callbacks:
-                        callback.on_task_complete(episode)
-        return episodes
-
-    @staticmethod
-    def _interact(episode: Episode, reply: str, callbacks: Sequence) -> None:
-        episode.add_message(Role.AGENT, reply)
-        episode.turns += 1
-        try:
-            observation, reward, terminated, truncated, info = episode.task.step(reply)
-        except Exception:  # the environment failed, not the model: keep the run alive
-            logger.exception("task error in sample %s", episode.sample.sample_id)
-            episode.status = EpisodeStatus.TASK_ERROR
-            episode.info["task_error"] = traceback.format_exc(limit=3)
-            return
-        episode.reward += reward
-        episode.status = EpisodeStatus(info.pop("status"))
-        episode.outcome = Outcome(info.pop("outcome"))
-        episode.info.update(info)
-        if episode.running:
-            episode.add_message(Role.USER, observation)
-        for callback in callbacks:
-            callback.on_task_interact(episode)
+        seeds = [_episode_seed(self.assignment.random_seed, batch_index, slot)
+                 for slot in range(len(samples))]
+        return roll_out_lockstep(samples, self._task_pool(len(samples)), self.components.agent,
+                                 batch_index, seeds, callbacks)
 
     # ---- evaluation ----------------------------------------------------------------
     def evaluate(self, step: int) -> dict[str, float]:

@@ -11,11 +11,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 import gymnasium
 
 from src.records.episode import EpisodeStatus, Outcome, Sample
+
+if TYPE_CHECKING:
+    from src.records.episode import Episode
 
 _TEXT_SPACE = gymnasium.spaces.Text(max_length=1_000_000)
 
@@ -95,6 +98,18 @@ class Task(gymnasium.Env[str, str], ABC):
         return result.observation, reward, result.terminated, truncated, info
 
     @final
+    def score_group(self, episodes: Sequence[Episode]) -> None:
+        """Adjust the rewards of a finished group (the completions of one sample).
+
+        For rewards that depend on the group or on what only the agent knows (token
+        lengths): called once all of the group's episodes have ended, before they are
+        logged or trained on. Any task instance of the family may be asked.
+        """
+        if any(episode.running for episode in episodes):
+            raise RuntimeError("score_group() called while an episode is still running")
+        self._score_group(episodes)
+
+    @final
     def oracle_reply(self) -> str:
         """The reply an expert gives now, from the sample's reference solution."""
         if self.sample is None:
@@ -115,6 +130,9 @@ class Task(gymnasium.Env[str, str], ABC):
 
     @abstractmethod
     def _oracle_reply(self) -> str: ...
+
+    def _score_group(self, episodes: Sequence[Episode]) -> None:
+        """Hook: rewards over a finished group; by default each episode keeps its own."""
 
     def _at_round_limit(self) -> tuple[Outcome, float]:
         """Outcome and reward when the round limit ends the episode without an answer."""

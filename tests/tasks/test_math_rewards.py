@@ -10,9 +10,12 @@ from src.tasks.instance.math_problems.problems import gsm8k_final_answer
 from src.tasks.instance.math_problems.rewards import (
     CosineScaling,
     accuracy,
+    boxed_answer,
     boxed_number,
     format2,
     last_boxed_content,
+    length_rewards,
+    z_normalise,
 )
 from src.tasks.instance.math_problems.task import MathProblemsTask
 
@@ -56,6 +59,35 @@ def test_cosine_scaling_at_the_pinned_lengths() -> None:
     assert cosine(False, 150) == pytest.approx(-0.1)
     unclipped = CosineScaling(max_len=100, clip_len=False)
     assert unclipped(True, 150) == pytest.approx(0.55)  # cos(1.5 pi) = 0
+
+
+def test_cosine_seed_values_at_zero_half_and_beyond_max_len() -> None:
+    seed = CosineScaling()  # 1.0 / 0.1 / -0.1 / -1.0, max_len 30000, clip_len on
+    assert seed(True, 0) == pytest.approx(1.0) and seed(False, 0) == pytest.approx(-1.0)
+    assert seed(True, 15000) == pytest.approx(0.55) and seed(False, 15000) == pytest.approx(-0.55)
+    assert seed(True, 45000) == pytest.approx(0.1) and seed(False, 45000) == pytest.approx(-0.1)
+    with pytest.raises(ValueError):
+        CosineScaling(max_len=0)
+
+
+def test_length_reward_kimi() -> None:
+    # lengths 10, 20, 30: lambda = 0.5, 0, -0.5
+    assert length_rewards([True, True, True], [10, 20, 30]) == pytest.approx([0.5, 0.0, -0.5])
+    assert length_rewards([False, False, False], [10, 20, 30]) == pytest.approx([0.0, 0.0, -0.5])
+    assert length_rewards([True, False], [7, 7]) == [0.0, 0.0]
+
+
+def test_z_normalise_per_prompt() -> None:
+    # mean 2, unbiased std 1
+    assert z_normalise([1.0, 2.0, 3.0]) == pytest.approx([-1.0, 0.0, 1.0], abs=1e-5)
+    assert z_normalise([0.5, 0.5]) == [0.0, 0.0]
+    assert z_normalise([0.7]) == [0.7]
+
+
+def test_boxed_answer_is_the_format_rate() -> None:
+    assert boxed_answer("so \\boxed{12}", "3") == 1.0
+    assert boxed_answer("so \\boxed{ }", "3") == 0.0
+    assert boxed_answer("<think>\\boxed{1}</think> no answer", "1") == 0.0
 
 
 def test_gsm8k_gold_answers_score_one(shared_data: Path) -> None:

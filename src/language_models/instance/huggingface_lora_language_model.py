@@ -27,6 +27,7 @@ from src.language_models.language_model import (
     TokenBatch,
     TrainableLanguageModel,
 )
+from src.language_models.prefix_cache import CachedPrefix, PrefixCache
 
 LOGIT_CHUNK = 256  # scored positions per lm_head chunk: bounds the [chunk, vocab] logits
 
@@ -54,6 +55,18 @@ def _choose_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype == "auto":  # exact fp32 on CPU; bf16 where the GPU makes it the norm
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return getattr(torch, dtype)
+
+
+def _cached_row(cache: DynamicCache, attention: torch.Tensor, position: int,
+                token_ids: tuple[int, ...]) -> CachedPrefix:
+    """One batch row's keys and values at its unmasked positions."""
+    valid = attention[position].bool()
+    layers = [(layer.keys[position][:, valid].clone(), layer.values[position][:, valid].clone())
+              for layer in cache.layers]
+    if layers[0][0].shape[1] != len(token_ids):
+        raise RuntimeError(f"cache holds {layers[0][0].shape[1]} positions for "
+                           f"{len(token_ids)} fed tokens")
+    return CachedPrefix(token_ids, layers)
 
 
 def _sample_from_logits(logits: torch.Tensor, temperature: float,
@@ -88,12 +101,15 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         max_context_tokens: int | None = None,
         adapter_path: str | None = None,
         gradient_checkpointing: bool = False,
+        prefix_caching: bool = True,
     ) -> None:
         self.model_name_or_path = model_name_or_path
         role_dict = {key.lower(): value for key, value in (role_dict or {}).items()}
         self.role_dict = {"user": role_dict.get("user", "user"),
                           "agent": role_dict.get("agent", "assistant")}
         self.lora_settings = lora_config or LoRASettings()
+        self.prefix_caching = prefix_caching
+        self._prefix_cache = PrefixCache()
         self.device = _choose_device(device)
         self.dtype = _choose_dtype(dtype, self.device)
         path = resolve_model_path(model_name_or_path)
@@ -130,9 +146,11 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         return self._policy_version
 
     def mark_updated(self) -> None:
+        self._prefix_cache.clear()
         self._policy_version += 1
 
     def set_policy_version(self, version: int) -> None:
+        self._prefix_cache.clear()
         self._policy_version = version
 
     def end_of_turn_ids(self) -> tuple[int, ...]:
@@ -148,26 +166,31 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         rows = [list(prompt) for prompt in prompts for _ in range(params.n)]
         if not rows:
             return []
+        was_training = self.model.training
+        self.model.eval()  # LoRA dropout off while sampling
+        try:
+            generations = self._sample(rows, params)
+        finally:
+            self.model.train(was_training)
+        return [generations[start:start + params.n]
+                for start in range(0, len(generations), params.n)]
+
+    def _sample(self, rows: list[list[int]], params: SamplingParams) -> list[Generation]:
         stop_ids = torch.tensor(sorted(set(self.end_of_turn_ids()) | set(params.stop_token_ids)),
                                 device=self.device)
-        width = max(len(row) for row in rows)
-        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(rows), width), dtype=torch.long)
-        for index, row in enumerate(rows):  # left padding keeps the newest tokens aligned
-            input_ids[index, width - len(row):] = torch.tensor(row)
-            attention[index, width - len(row):] = 1
-        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        prefixes = [self._prefix_cache.longest_prefix(row) if self.prefix_caching else None
+                    for row in rows]
+        cache, input_ids, attention, positions = self._prefill_inputs(rows, prefixes)
+        output = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                            past_key_values=cache, use_cache=True, logits_to_keep=1)
+        next_position = positions[:, -1:] + 1
 
         sampled: list[list[int]] = [[] for _ in rows]
         logprobs: list[list[float]] = [[] for _ in rows]
         finish: list[str] = ["length"] * len(rows)
+        ends: list[CachedPrefix] = []  # each row's keys/values when it finished
         alive = torch.arange(len(rows), device=self.device)  # original row of each batch row
-        cache = DynamicCache()
-        output = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                            past_key_values=cache, use_cache=True, logits_to_keep=1)
-        next_position = positions[:, -1:] + 1
-        for _ in range(params.max_new_tokens):
+        for step in range(params.max_new_tokens):
             tokens, token_logprobs = _sample_from_logits(output.logits[:, -1, :],
                                                          params.temperature, params.top_p)
             stopped = torch.isin(tokens, stop_ids)
@@ -178,7 +201,15 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
                 logprobs[row].append(logprob)
                 if stop:
                     finish[row] = "stop"
-            if bool(stopped.all()):
+            last_step = step == params.max_new_tokens - 1
+            if self.prefix_caching:
+                done = torch.ones_like(stopped) if last_step else stopped
+                for position in done.nonzero().squeeze(-1).tolist():
+                    row = int(alive[position])
+                    # the cache holds what was fed: the prompt and all but the newest token
+                    ends.append(_cached_row(cache, attention, position,
+                                            (*rows[row], *sampled[row][:-1])))
+            if last_step or bool(stopped.all()):
                 break
             if bool(stopped.any()):
                 keep = (~stopped).nonzero().squeeze(-1)
@@ -190,12 +221,50 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
                                 position_ids=next_position, past_key_values=cache,
                                 use_cache=True, logits_to_keep=1)
             next_position = next_position + 1
-
+        if self.prefix_caching:
+            self._prefix_cache.replace(ends)
         version = self._policy_version
-        generations = [Generation(sampled[i], logprobs[i], finish[i], version)  # type: ignore[arg-type]
-                       for i in range(len(rows))]
-        return [generations[start:start + params.n]
-                for start in range(0, len(generations), params.n)]
+        return [Generation(sampled[i], logprobs[i], finish[i], version)  # type: ignore[arg-type]
+                for i in range(len(rows))]
+
+    def _prefill_inputs(self, rows: list[list[int]], prefixes: list[CachedPrefix | None]
+                        ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Cache, ids, attention mask and positions for the first forward of a call.
+
+        Row layout: [padding][cached prefix][gap][new tokens], each part right-aligned, so
+        that every row's newest token sits in the last column; padding and gap are masked.
+        Positions continue from the cached length (the cached keys carry their rotary
+        positions already).
+        """
+        cached = [len(prefix.token_ids) if prefix else 0 for prefix in prefixes]
+        news = [row[length:] for row, length in zip(rows, cached, strict=True)]
+        cache_width, new_width = max(cached), max(len(new) for new in news)
+        input_ids = torch.full((len(rows), new_width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), cache_width + new_width), dtype=torch.long)
+        positions = torch.zeros((len(rows), new_width), dtype=torch.long)
+        for index, (new, length) in enumerate(zip(news, cached, strict=True)):
+            input_ids[index, new_width - len(new):] = torch.tensor(new)
+            attention[index, cache_width - length:cache_width] = 1
+            attention[index, cache_width + new_width - len(new):] = 1
+            positions[index, new_width - len(new):] = torch.arange(length, length + len(new))
+        cache = DynamicCache()
+        if cache_width:
+            layers = []
+            template = next(prefix for prefix in prefixes if prefix is not None).layers
+            for layer, (keys, values) in enumerate(template):
+                batch_keys = keys.new_zeros((len(rows), keys.shape[0], cache_width,
+                                             keys.shape[2]))
+                batch_values = values.new_zeros((len(rows), values.shape[0], cache_width,
+                                                 values.shape[2]))
+                for index, prefix in enumerate(prefixes):
+                    if prefix is not None:
+                        length = cached[index]
+                        batch_keys[index, :, cache_width - length:] = prefix.layers[layer][0]
+                        batch_values[index, :, cache_width - length:] = prefix.layers[layer][1]
+                layers.append((batch_keys, batch_values))
+            cache = DynamicCache(ddp_cache_data=layers)
+        return (cache, input_ids.to(self.device), attention.to(self.device),
+                positions.to(self.device))
 
     # ---- TrainableLanguageModel ----------------------------------------------------
     def score(self, batch: TokenBatch, *, temperature: float = 1.0, with_adapter: bool = True,
@@ -242,6 +311,7 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         self.model.save_pretrained(str(directory))
 
     def load_adapter(self, directory: Path) -> None:
+        self._prefix_cache.clear()
         weights = load_peft_weights(str(directory), device=str(self.device))
         result = set_peft_model_state_dict(self.model, weights)
         if result.unexpected_keys:
@@ -249,6 +319,7 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
                              f"keys {result.unexpected_keys[:3]}")
 
     def train_mode(self) -> None:
+        self._prefix_cache.clear()  # the weights are about to change
         self.model.train()
 
     def eval_mode(self) -> None:

@@ -1,7 +1,9 @@
 """Math reward functions (open-r1 / Fast-Math-R1), each a small named function.
 
-Each takes the completion text and the gold answer and returns a float. They are
-combined with weights by the task (`reward_weights` in the config).
+Text rewards look at one completion and the gold answer. `cosine` also needs the
+completion's length in tokens, and `length` (Kimi 1.5) the lengths of the whole group,
+so the task applies those two once a group has finished. The task combines them with
+weights (`reward_weights` in the config) and can z-normalise the sum per prompt.
 """
 
 from __future__ import annotations
@@ -9,10 +11,11 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+import statistics
+from collections.abc import Callable, Sequence
 
 from math_verify import parse, verify
+from pydantic import BaseModel, ConfigDict, Field
 
 # Timeouts are disabled on purpose (see is_correct); the library warns on every call.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -67,21 +70,32 @@ def boxed_number(completion: str, gold: str) -> float:
     return 1.0 if boxed is not None and _NUMBER.match(boxed) else 0.0
 
 
+def boxed_answer(completion: str, gold: str) -> float:
+    """1.0 if the answer part holds a non-empty `\\boxed{}` (the format rate of evaluation)."""
+    boxed = last_boxed_content(answer_part(completion))
+    return 1.0 if boxed is not None and boxed.strip() else 0.0
+
+
 def format2(completion: str, gold: str) -> float:
     """Fast-Math-R1's format reward: a boxed answer before `</think>`."""
     head, separator, _ = completion.partition("</think>")
     return 1.0 if separator and last_boxed_content(head) is not None else 0.0
 
 
-@dataclass(frozen=True)
-class CosineScaling:
-    """Length-scaled correctness (open-r1's cosine reward); L counts completion tokens."""
+class CosineScaling(BaseModel):
+    """Length-scaled correctness (open-r1's cosine reward); L counts completion tokens.
+
+    p = min(1, L/max_len) if clip_len else L/max_len; c = cos(pi p);
+    correct: min_c + (max_c - min_c)(1 + c)/2; wrong: max_w + (min_w - max_w)(1 + c)/2.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_value_correct: float = 1.0
     min_value_correct: float = 0.1
     max_value_wrong: float = -0.1
     min_value_wrong: float = -1.0
-    max_len: int = 30000
+    max_len: int = Field(default=30000, gt=0)
     clip_len: bool = True
 
     def __call__(self, correct: bool, length: int) -> float:
@@ -96,8 +110,31 @@ class CosineScaling:
             self.min_value_wrong - self.max_value_wrong) * (1.0 + cosine)
 
 
+def length_rewards(correct: Sequence[bool], lengths: Sequence[int]) -> list[float]:
+    """Kimi 1.5 over one group: lambda = 0.5 - (L - L_min)/(L_max - L_min);
+    correct -> lambda, wrong -> min(0, lambda); all lengths equal -> 0 for all."""
+    shortest, longest = min(lengths), max(lengths)
+    if shortest == longest:
+        return [0.0] * len(lengths)
+    rewards = []
+    for is_correct, length in zip(correct, lengths, strict=True):
+        scale = 0.5 - (length - shortest) / (longest - shortest)
+        rewards.append(scale if is_correct else min(0.0, scale))
+    return rewards
+
+
+def z_normalise(values: Sequence[float], eps: float = 1e-6) -> list[float]:
+    """(R - mean_g) / (std_g + eps) with the unbiased std; a group of one is left as is."""
+    if len(values) < 2:
+        return list(values)
+    mean, spread = statistics.fmean(values), statistics.stdev(values)
+    return [(value - mean) / (spread + eps) for value in values]
+
+
 TEXT_REWARDS: dict[str, Callable[[str, str], float]] = {
     "accuracy": accuracy,
     "boxed_number": boxed_number,
+    "boxed_answer": boxed_answer,
     "format2": format2,
 }
+GROUP_REWARDS = ("cosine", "length")  # need token lengths, and for `length` the group

@@ -1,19 +1,36 @@
-"""Math problems: one question, one answer in `\\boxed{}`, scored by weighted reward functions."""
+"""Math problems: a question, an answer in `\\boxed{}`, scored by weighted reward functions.
+
+With `max_round` > 1 a wrong answer earns a short feedback message and another try (a
+multi-turn episode); the reward is that of the last answer.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import gymnasium
 
-from src.records.episode import Outcome, Sample
+from src.records.chat import Role
+from src.records.episode import Episode, Outcome, Sample
 from src.tasks.instance.math_problems.problems import load_rows, procedural_sample
-from src.tasks.instance.math_problems.rewards import TEXT_REWARDS, accuracy
+from src.tasks.instance.math_problems.rewards import (
+    GROUP_REWARDS,
+    TEXT_REWARDS,
+    CosineScaling,
+    length_rewards,
+    z_normalise,
+)
+from src.tasks.instance.math_problems.verl_reward import (
+    CustomRewardFunction,
+    load_compute_score,
+    read_score,
+)
 from src.tasks.task import StepOutcome, Task
 
 WORKED_EXAMPLE = ("Example:\nQuestion: What is 3 + 4?\nAnswer: 3 + 4 = 7. The answer is "
                   "\\boxed{7}.\n\n")
+CUSTOM = "custom"  # the reward name of a verl `custom_reward_function`
 
 
 class MathProblemsTask(Task):
@@ -29,9 +46,14 @@ class MathProblemsTask(Task):
         seed: int = 0,
         instruction: str = "Put your final answer in \\boxed{}.",
         worked_example: bool = True,
+        max_round: int = 1,
+        retry_message: str = "That is not correct. Try again.",
         reward_weights: dict[str, float] | None = None,
+        cosine: CosineScaling | None = None,
+        normalize_rewards: bool = False,
+        custom_reward_function: CustomRewardFunction | None = None,
     ) -> None:
-        super().__init__(max_round=1)
+        super().__init__(max_round=max_round)
         self.source = source
         self.levels = tuple(levels or [1])
         self.num_train = num_train
@@ -39,11 +61,23 @@ class MathProblemsTask(Task):
         self.seed = seed
         self.instruction = instruction
         self.worked_example = worked_example
+        self.retry_message = retry_message
         self.reward_weights = dict(reward_weights or {"accuracy": 1.0})
-        unknown = set(self.reward_weights) - set(TEXT_REWARDS)
+        # model_validate also takes the plain dicts of direct Python construction
+        self.cosine = CosineScaling.model_validate(cosine or {})
+        self.normalize_rewards = normalize_rewards
+        self._compute_score = None
+        if custom_reward_function is not None:
+            self._compute_score = load_compute_score(
+                CustomRewardFunction.model_validate(custom_reward_function))
+            self.reward_weights.setdefault(CUSTOM, 1.0)
+        available = set(TEXT_REWARDS) | set(GROUP_REWARDS) | (
+            {CUSTOM} if self._compute_score else set())
+        unknown = set(self.reward_weights) - available
         if unknown:
-            raise ValueError(f"unknown reward functions {sorted(unknown)}; "
-                             f"available: {sorted(TEXT_REWARDS)}")
+            raise ValueError(f"reward_weights: unknown reward functions {sorted(unknown)}; "
+                             f"available: {sorted(available)}")
+        self.data_source = source if source != "file" else str(data_path)
         self._rows: tuple[tuple[str, str], ...] = ()
         if source != "procedural":
             if data_path is None:
@@ -78,16 +112,58 @@ class MathProblemsTask(Task):
         prefix = WORKED_EXAMPLE if self.worked_example else ""
         return f"{prefix}Question: {sample.data['question']}\n{self.instruction}"
 
-    def _step(self, action: str) -> StepOutcome:
+    # ---- rewards -------------------------------------------------------------------
+    def _text_scores(self, completion: str) -> tuple[dict[str, float], dict[str, float]]:
+        """(reward values by name, extra metrics) of one completion."""
         assert self.sample is not None
         gold = self.sample.data["answer"]
-        scores = {name: TEXT_REWARDS[name](action, gold) for name in self.reward_weights}
-        correct = scores["accuracy"] > 0 if "accuracy" in scores else accuracy(action, gold) > 0
-        reward = sum(weight * scores[name] for name, weight in self.reward_weights.items())
-        info = {f"metric/{name}": value for name, value in scores.items()}
-        info["metric/accuracy"] = 1.0 if correct else 0.0
+        names = {"accuracy", "boxed_answer"} | (set(self.reward_weights) & set(TEXT_REWARDS))
+        scores = {name: TEXT_REWARDS[name](completion, gold) for name in sorted(names)}
+        extras: dict[str, float] = {}
+        if self._compute_score is not None:
+            extra_info: dict[str, Any] = {"sample_id": self.sample.sample_id,
+                                          "question": self.sample.data["question"]}
+            result = self._compute_score(self.data_source, completion, gold, extra_info)
+            scores[CUSTOM], extras = read_score(result, "custom_reward_function")
+        return scores, extras
+
+    def _step(self, action: str) -> StepOutcome:
+        scores, extras = self._text_scores(action)
+        correct = scores["accuracy"] > 0
+        reward = sum(weight * scores[name] for name, weight in self.reward_weights.items()
+                     if name in scores)
+        info: dict[str, Any] = {f"metric/{name}": value for name, value in scores.items()}
+        info.update({f"metric/{CUSTOM}/{key}": value for key, value in extras.items()})
+        if not correct and self.round_index < self.max_round:
+            return StepOutcome(observation=self.retry_message, info=info)
         return StepOutcome(observation="", reward=reward, terminated=True,
                            outcome=Outcome.CORRECT if correct else Outcome.INCORRECT, info=info)
+
+    def _score_group(self, episodes: Sequence[Episode]) -> None:
+        """Add the length-aware rewards (`cosine`, `length`), then z-normalise if asked.
+
+        Lengths are completion tokens as sampled (the agent's trajectory); an agent that
+        records no tokens (the oracle) is measured in characters.
+        """
+        lengths = [episode.trajectory.completion_token_count if episode.trajectory
+                   else sum(len(m.content) for m in episode.chat if m.role is Role.AGENT)
+                   for episode in episodes]
+        correct = [episode.info.get("metric/accuracy", 0.0) > 0 for episode in episodes]
+        added = {name: [0.0] * len(episodes) for name in GROUP_REWARDS
+                 if name in self.reward_weights}
+        if "cosine" in added:
+            added["cosine"] = [self.cosine(c, n) for c, n in zip(correct, lengths, strict=True)]
+        if "length" in added:
+            added["length"] = length_rewards(correct, lengths)
+        for index, episode in enumerate(episodes):
+            for name, values in added.items():
+                episode.info[f"metric/{name}"] = values[index]
+                episode.reward += self.reward_weights[name] * values[index]
+        if self.normalize_rewards:
+            for episode, value in zip(episodes, z_normalise([e.reward for e in episodes]),
+                                      strict=True):
+                episode.info["reward_before_normalisation"] = episode.reward
+                episode.reward = value
 
     def _oracle_reply(self) -> str:
         assert self.sample is not None

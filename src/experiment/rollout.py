@@ -1,0 +1,78 @@
+"""Lockstep rollout: many episodes stepped together, so each agent turn is one batched call."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Sequence
+
+from src.agents.agent import Agent
+from src.callbacks.callback import Callback
+from src.records.chat import Role
+from src.records.episode import Episode, EpisodeStatus, Outcome, Sample
+from src.tasks.task import Task
+
+logger = logging.getLogger(__name__)
+
+
+def roll_out_lockstep(samples: Sequence[tuple[Sample, int]], tasks: Sequence[Task], agent: Agent,
+                      batch_index: int, seeds: Sequence[int],
+                      callbacks: Sequence[Callback] = ()) -> list[Episode]:
+    """Run one episode per (sample, group_index) on its own task until all have ended.
+
+    Every round, the agent answers all running episodes in one call; finished episodes
+    drop out while the others go on. At the end each group (episodes of one sample) gets
+    its group-wise rewards from its task.
+    """
+    episodes: list[Episode] = []
+    for (sample, group_index), task, seed in zip(samples, tasks, seeds, strict=True):
+        episode = Episode(sample=sample, group_index=group_index, batch_index=batch_index,
+                          task=task)
+        for callback in callbacks:
+            callback.on_session_created(episode)
+        observation, info = task.reset(seed=seed, options={"sample": sample})
+        episode.add_message(Role.USER, observation)
+        episode.info.update(info)
+        agent.start_episode(episode)
+        for callback in callbacks:
+            callback.on_task_reset(episode)
+        episodes.append(episode)
+
+    while running := [episode for episode in episodes if episode.running]:
+        replies = agent.act(running)
+        for callback in callbacks:
+            callback.on_agent_inference(running)
+        for episode, reply in zip(running, replies, strict=True):
+            if reply.content is None:
+                episode.status = reply.status or EpisodeStatus.AGENT_CONTEXT_LIMIT
+            else:
+                _interact(episode, reply.content, callbacks)
+            if not episode.running:
+                for callback in callbacks:
+                    callback.on_task_complete(episode)
+    groups: dict[str, list[Episode]] = {}
+    for episode in episodes:
+        groups.setdefault(episode.sample.sample_id, []).append(episode)
+    for group in groups.values():
+        group[0].task.score_group(group)
+    return episodes
+
+
+def _interact(episode: Episode, reply: str, callbacks: Sequence[Callback]) -> None:
+    episode.add_message(Role.AGENT, reply)
+    episode.turns += 1
+    try:
+        observation, reward, terminated, truncated, info = episode.task.step(reply)
+    except Exception:  # the environment failed, not the model: keep the run alive
+        logger.exception("task error in sample %s", episode.sample.sample_id)
+        episode.status = EpisodeStatus.TASK_ERROR
+        episode.info["task_error"] = traceback.format_exc(limit=3)
+        return
+    episode.reward += reward
+    episode.status = EpisodeStatus(info.pop("status"))
+    episode.outcome = Outcome(info.pop("outcome"))
+    episode.info.update(info)
+    if episode.running:
+        episode.add_message(Role.USER, observation)
+    for callback in callbacks:
+        callback.on_task_interact(episode)

@@ -1,0 +1,23 @@
+"""Evaluation logs the task's own metrics on the validation split, like training metrics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from src.run_experiment import main
+from tests.conftest import PROJECT_ROOT
+
+
+def test_oracle_run_logs_accuracy_format_rate_and_length(tmp_path: Path) -> None:
+    config = PROJECT_ROOT / "configs" / "assignments" / "smoke_oracle_math.yaml"
+    assert main(["--config_path", str(config), "--output_dir", str(tmp_path / "run"),
+                 "--no_progress"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    evaluation = [row for row in rows if "eval/accuracy" in row]
+    assert len(evaluation) == 1 and evaluation[0]["step"] == 4  # at_end: 32 samples / 8
+    assert evaluation[0]["eval/accuracy"] == 1.0
+    assert evaluation[0]["eval/boxed_answer"] == 1.0
+    assert evaluation[0]["eval/completions/mean_length"] == 0.0  # the oracle samples no tokens
+    training = [row for row in rows if "rollout/accuracy" in row]
+    assert len(training) == 4 and all(row["rollout/success_rate"] == 1.0 for row in training)

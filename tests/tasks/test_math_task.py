@@ -1,0 +1,116 @@
+"""The math task: retries, group-wise rewards, verl reward files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from src.records.chat import Role
+from src.records.episode import Episode, EpisodeStatus, Outcome
+from src.records.trajectory import Trajectory
+from src.tasks.instance.math_problems.task import MathProblemsTask
+from src.tasks.instance.math_problems.verl_reward import CustomRewardFunction
+
+
+def finished_episode(task: MathProblemsTask, reply: str, completion_tokens: int) -> Episode:
+    observation, _ = task.reset(options={"sample_id": "train-000000"})
+    episode = Episode(task.sample, 0, 0, task)  # type: ignore[arg-type]
+    episode.add_message(Role.USER, observation)
+    episode.add_message(Role.AGENT, reply)
+    _, episode.reward, _, _, info = task.step(reply)
+    episode.status, episode.outcome = EpisodeStatus(info.pop("status")), Outcome(info.pop("outcome"))
+    episode.info.update(info)
+    episode.trajectory = Trajectory()
+    episode.trajectory.append_sampled([1] * completion_tokens, [0.0] * completion_tokens, "stop", 0)
+    return episode
+
+
+def test_wrong_answers_get_retries_until_the_round_limit() -> None:
+    task = MathProblemsTask(max_round=3, reward_weights={"accuracy": 0.9, "boxed_number": 0.1})
+    task.reset(options={"sample_id": "train-000000"})
+    gold = task.sample.data["answer"]
+    observation, reward, terminated, truncated, info = task.step("\\boxed{-1}")
+    assert (observation, reward, terminated, truncated) == (task.retry_message, 0.0, False, False)
+    assert info["status"] == EpisodeStatus.RUNNING
+    _, reward, terminated, _, info = task.step(f"\\boxed{{{gold}}}")
+    assert terminated and reward == pytest.approx(1.0) and info["outcome"] == Outcome.CORRECT
+
+    task.reset(options={"sample_id": "train-000000"})
+    for _ in range(2):
+        task.step("no idea")
+    _, reward, terminated, truncated, info = task.step("\\boxed{-1}")
+    # the last try is a final answer: the episode completes, incorrect
+    assert terminated and not truncated and info["status"] == EpisodeStatus.COMPLETED
+    assert info["outcome"] == Outcome.INCORRECT
+    assert reward == pytest.approx(0.1)  # a well-formed boxed number, wrong
+
+
+def test_group_rewards_add_cosine_and_length_then_normalise() -> None:
+    task = MathProblemsTask(reward_weights={"accuracy": 1.0, "cosine": 1.0, "length": 1.0},
+                            cosine={"max_len": 100})
+    gold = MathProblemsTask().get_sample("train-000000").data["answer"]
+    group = [finished_episode(task, f"\\boxed{{{gold}}}", 0),
+             finished_episode(task, f"\\boxed{{{gold}}}", 50),
+             finished_episode(task, "\\boxed{-1}", 100)]
+    task.score_group(group)
+    # accuracy + cosine + length (lambda 0.5, 0, -0.5; the wrong one min(0, -0.5))
+    assert [e.reward for e in group] == pytest.approx([1 + 1.0 + 0.5, 1 + 0.55 + 0.0,
+                                                       0 - 0.1 - 0.5])
+    assert group[1].info["metric/cosine"] == pytest.approx(0.55)
+
+    normalising = MathProblemsTask(reward_weights={"accuracy": 1.0}, normalize_rewards=True)
+    group = [finished_episode(normalising, f"\\boxed{{{gold}}}", 5),
+             finished_episode(normalising, "\\boxed{-1}", 5)]
+    normalising.score_group(group)
+    # mean 0.5, unbiased std of (1, 0) = 0.7071
+    assert [e.reward for e in group] == pytest.approx([0.70711, -0.70711], abs=1e-4)
+    assert group[0].info["reward_before_normalisation"] == 1.0
+
+
+def test_verl_reward_file_is_used_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "my_reward.py"
+    path.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    hit = ground_truth in solution_str\n"
+        "    return {'score': 2.0 if hit else -1.0, 'hit': hit, 'note': 'text'}\n"
+        "def as_float(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return 0.25\n")
+    task = MathProblemsTask(reward_weights={"accuracy": 0.0},
+                            custom_reward_function=CustomRewardFunction(path=str(path)))
+    gold = task.get_sample("train-000000").data["answer"]
+    episode = finished_episode(task, f"\\boxed{{{gold}}}", 3)
+    assert episode.reward == 2.0 and episode.info["metric/custom/hit"] == 1.0
+    assert finished_episode(task, "\\boxed{-1}", 3).reward == -1.0
+    as_float = MathProblemsTask(custom_reward_function={"path": str(path), "name": "as_float"})
+    assert finished_episode(as_float, "x", 1).reward == pytest.approx(0.25)  # accuracy 0 + 0.25
+
+
+def test_verl_reward_errors_name_the_key(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="custom_reward_function.path"):
+        MathProblemsTask(custom_reward_function={"path": str(tmp_path / "none.py")})
+    (tmp_path / "r.py").write_text("x = 1\n")
+    with pytest.raises(AttributeError, match="custom_reward_function.name"):
+        MathProblemsTask(custom_reward_function={"path": str(tmp_path / "r.py")})
+
+
+def test_unknown_reward_name_lists_the_available_ones() -> None:
+    with pytest.raises(ValueError, match="reward_weights: unknown reward functions.*cosine"):
+        MathProblemsTask(reward_weights={"accuracy": 1.0, "acuracy": 1.0})
+
+
+def test_parquet_file_with_fast_math_r1_columns(tmp_path: Path) -> None:
+    parquet = pytest.importorskip("pyarrow.parquet", reason="pyarrow is the parquet extra")
+    import pyarrow
+
+    rows = {"problem": ["What is 6 * 7?", "Half of 9?", "1 + 1?"],
+            "solution": ["42", "\\frac{9}{2}", "2"]}
+    path = tmp_path / "fast_math.parquet"
+    parquet.write_table(pyarrow.table(rows), path)
+    task = MathProblemsTask(source="file", data_path=str(path), question_key="problem",
+                            answer_key="solution", num_validation=1)
+    assert list(task.sample_ids("train")) == ["train-000000", "train-000001"]
+    assert task.get_sample("validation-000000").data == {"question": "1 + 1?", "answer": "2"}
+    task.reset(options={"sample_id": "train-000001"})
+    _, reward, _, _, _ = task.step("It is \\boxed{4.5}")
+    assert reward == 1.0  # math-verify: 4.5 equals 9/2

@@ -7,7 +7,7 @@ every running episode's turn to the model in one batched call, as LifelongAgentB
 does; sequential runs each episode to its end before starting the next.
 
 python bench/rollout_throughput.py [--episodes 16] [--rounds 3] [--new_tokens 48]
-    [--dtype float32|bfloat16]
+    [--dtype float32|bfloat16] [--no_prefix_caching]
 """
 
 from __future__ import annotations
@@ -55,8 +55,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--new_tokens", type=int, default=48)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--no_prefix_caching", action="store_true",
+                        help="prefill each turn's whole prompt instead of only its new tokens")
     arguments = parser.parse_args()
-    model = HuggingfaceLoRALanguageModel(dtype=arguments.dtype)
+    model = HuggingfaceLoRALanguageModel(dtype=arguments.dtype,
+                                         prefix_caching=not arguments.no_prefix_caching)
     agent = LoRARLAgent(model, temperature=1.0, max_new_tokens=arguments.new_tokens)
     template = make_task(arguments.rounds)
     samples = [(template.get_sample(sample_id), 0)
@@ -65,7 +68,7 @@ def main() -> None:
     print(f"config: embedded SmolLM2-135M, {arguments.dtype}, CPU threads "
           f"{torch.get_num_threads()}, {arguments.episodes} episodes of math with retries "
           f"(max {arguments.rounds} turns), temperature 1.0, max {arguments.new_tokens} new "
-          f"tokens per turn, LoRA r=16 all-linear")
+          f"tokens per turn, LoRA r=16 all-linear, prefix caching {model.prefix_caching}")
     roll_out_lockstep(samples[:2], tasks[:2], agent, 0, [0, 1])  # warm-up, not timed
 
     lockstep, _ = measure("lockstep", lambda: roll_out_lockstep(

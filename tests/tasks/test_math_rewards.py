@@ -114,3 +114,21 @@ def test_procedural_samples_are_seeded() -> None:
     one, two = MathProblemsTask(seed=3, levels=[1, 4]), MathProblemsTask(seed=3, levels=[1, 4])
     assert one.get_sample("train-000005") == two.get_sample("train-000005")
     assert one.get_sample("train-000000") != one.get_sample("validation-000000")
+
+
+@pytest.mark.slow
+def test_accuracy_works_in_a_threaded_ray_actor() -> None:
+    ray = pytest.importorskip("ray")
+
+    @ray.remote(max_concurrency=2)  # methods run in the actor's worker threads
+    class Scorer:
+        def score(self, completion: str, gold: str) -> float:
+            return accuracy(completion, gold)
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        scorer = Scorer.remote()
+        results = ray.get([scorer.score.remote(f"\\boxed{{{value}}}", "7") for value in (7, 8, "7.0")])
+    finally:
+        ray.shutdown()
+    assert results == [1.0, 0.0, 1.0]

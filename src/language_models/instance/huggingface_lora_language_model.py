@@ -20,6 +20,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from src.language_models.embedded_model import DEFAULT_MODEL, resolve_model_path
+from src.language_models.kv_cache import growing_cache
 from src.language_models.language_model import (
     Generation,
     SamplingParams,
@@ -247,9 +248,8 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
             attention[index, cache_width - length:cache_width] = 1
             attention[index, cache_width + new_width - len(new):] = 1
             positions[index, new_width - len(new):] = torch.arange(length, length + len(new))
-        cache = DynamicCache()
+        layers = []
         if cache_width:
-            layers = []
             template = next(prefix for prefix in prefixes if prefix is not None).layers
             for layer, (keys, values) in enumerate(template):
                 batch_keys = keys.new_zeros((len(rows), keys.shape[0], cache_width,
@@ -262,7 +262,7 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
                         batch_keys[index, :, cache_width - length:] = prefix.layers[layer][0]
                         batch_values[index, :, cache_width - length:] = prefix.layers[layer][1]
                 layers.append((batch_keys, batch_values))
-            cache = DynamicCache(ddp_cache_data=layers)
+        cache = growing_cache(layers)
         return (cache, input_ids.to(self.device), attention.to(self.device),
                 positions.to(self.device))
 

@@ -15,6 +15,8 @@ from src.configuration.yaml_source import YamlSource
 # Registered short names; a config may name any other class by `module`.
 REGISTRY: dict[str, str] = {
     "math_problems": "src.tasks.instance.math_problems.task.MathProblemsTask",
+    "db_bench_single_skill": "src.tasks.instance.db_bench.task_single_skill.DBBenchSingleSkill",
+    "econ_decision": "src.tasks.instance.econ.task.EconDecisionTask",
     "oracle_agent": "src.agents.instance.oracle_agent.OracleAgent",
     "lora_rl_agent": "src.agents.instance.lora_rl_agent.LoRARLAgent",
     "huggingface_lora": (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from tqdm import tqdm
 from src.callbacks.callback import BatchContext
 from src.configuration.assignment import AssignmentConfig
 from src.experiment.assembly import Components
-from src.experiment.files import JsonlLog, atomic_directory
+from src.experiment.files import JsonlLog, atomic_directory, atomic_write_text
 from src.experiment.metrics import MetricsLog, episode_statistics, summarize
 from src.experiment.rollout import roll_out_lockstep
 from src.experiment.run_directory import RunDirectory, RunState
@@ -95,6 +96,9 @@ class ExperimentLoop:
                 pairs = [(task.get_sample(i), 0) for i in ids[start:start + chunk]]
                 episodes = self.run_episodes(pairs, batch_index=step, notify_callbacks=False)
                 records += [episode.to_record() for episode in episodes]
+        # Every evaluation episode, for statistics beyond the logged means (spreads, tables).
+        atomic_write_text(self.run.path / "evaluation" / f"step-{step:06d}.jsonl", "".join(
+            json.dumps(record.model_dump(mode="json")) + "\n" for record in records))
         stats = episode_statistics(records, prefix="eval/")
         for key, value in self._task_metrics(records, "eval/").items():
             stats[key] = value

@@ -19,5 +19,8 @@ def test_oracle_run_logs_accuracy_format_rate_and_length(tmp_path: Path) -> None
     assert evaluation[0]["eval/accuracy"] == 1.0
     assert evaluation[0]["eval/boxed_answer"] == 1.0
     assert evaluation[0]["eval/completions/mean_length"] == 0.0  # the oracle samples no tokens
+    episodes = [json.loads(line) for line in
+                (tmp_path / "run" / "evaluation" / "step-000004.jsonl").open()]
+    assert len(episodes) == 8 and all(e["outcome"] == "correct" for e in episodes)
     training = [row for row in rows if "rollout/accuracy" in row]
     assert len(training) == 4 and all(row["rollout/success_rate"] == 1.0 for row in training)

@@ -1,0 +1,312 @@
+"""DB-bench single-skill task (LifelongAgentBench, from AgentBench): answer a question about
+one table by running SQL in a private sandbox.
+
+An episode: the first user message gives AgentBench's rules, the question and "The name
+of this table is X, and the headers of this table are A,B,C."; each reply is one round,
+either `Action: Operation` with one statement in a ```sql block (run in the sandbox, its
+result or "Error: ..." is the next message) or `Action: Answer` with `Final Answer: [...]`.
+
+Samples: `sample_ids(split)` are `train-NNNNNN` / `validation-NNNNNN`; each id draws, from
+`seed` and the id alone, a skill (uniformly over `skills`, default all available) and then
+a problem of that skill: procedurally generated, or taken from LifelongAgentBench data.
+`source: agentbench` serves the rows of an AgentBench jsonl file instead (ids
+`<file stem>-<line>`, the same for both splits: it is an evaluation set).
+
+Grading and rewards (`reward_correct` +1.0, `reward_incorrect` -0.1, `reward_timeout` -0.3):
+- A query is correct when its final answer matches the expected values (see grading).
+- A modification (INSERT/UPDATE/DELETE) ignores the answer text: the table after the
+  episode must hold the same rows as a fresh copy after the reference SQL, on the same
+  server. On MySQL/MariaDB AgentBench's md5 table hash is computed too (info
+  `table_md5`; `metric/agentbench_md5_match` where the data gives the benchmark's hash).
+- A malformed reply (no action, no or an empty ```sql block, no `Final Answer:` line) ends
+  the episode INCORRECT with `reward_incorrect` (AgentBench's rules: "judged as FAIL
+  immediately"); `metric/format_error` counts them.
+- At the round limit (`max_round` replies, none an answer) a query is INCORRECT with
+  `reward_timeout`. A modification whose table is already right is, by default
+  (`modification_correct_at_round_limit: correct`), CORRECT with `reward_correct`: the
+  table is what is graded, as in LifelongAgentBench; with `timeout` it is INCORRECT with
+  `reward_timeout` like any other episode cut off by the limit.
+Each episode's last step reports `metric/correct` and `metric/skill/<skill>` (1 or 0), so
+that their means are the success rates overall and per skill.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import gymnasium
+
+from src.records.episode import Outcome, Sample
+from src.tasks.instance.db_bench.data_loaders import load_agentbench_jsonl
+from src.tasks.instance.db_bench.grading import (
+    answers_match,
+    format_final_answer,
+    parse_final_answer,
+    tables_match,
+)
+from src.tasks.instance.db_bench.problem import DBBenchProblem, ProblemKind, Value
+from src.tasks.instance.db_bench.procedural_generator import ProceduralTaskGenerator
+from src.tasks.instance.db_bench.reference_sql import translate_reference_sql
+from src.tasks.instance.db_bench.reply_parser import Answer, FormatFailure, parse_reply
+from src.tasks.instance.db_bench.sandbox import SandboxSettings, SqlSandbox
+from src.tasks.instance.db_bench.single_skill_task_generator import SingleSkillTaskGenerator
+from src.tasks.instance.db_bench.skills import check_skills
+from src.tasks.task import StepOutcome, Task
+
+_DATABASE_NAMES = {"sqlite": "SQLite", "mysql": "MySQL", "postgresql": "PostgreSQL"}
+# AgentBench's DB-bench prompt, with the server's name where it says MySQL.
+RULES = """I will ask you a question, then you should help me operate a {database} database with SQL to answer the question.
+You have to explain the problem and your solution to me and write down your thoughts.
+After thinking and explaining thoroughly, every round you can choose to operate or to answer.
+your operation should be like this:
+Action: Operation
+```sql
+SELECT * FROM table WHERE condition;
+```
+You MUST put SQL in markdown format without any other comments. Your SQL should be in one line.
+Every time you can only execute one SQL statement. I will only execute the statement in the first SQL code block. Every time you write a SQL, I will execute it for you and give you the output.
+If you are done operating, and you want to commit your final answer, then write down:
+Action: Answer
+Final Answer: ["ANSWER1", "ANSWER2", ...]
+DO NOT write this pattern unless you are sure about your answer. I expect an accurate and correct answer.
+Your answer should be accurate. Your answer must be exactly the same as the correct answer.
+If the question is about modifying the database, then after done operation, your answer field can be anything.
+If your response cannot match any pattern I mentioned earlier, you will be judged as FAIL immediately.
+Your input will be raw {database} response, you have to deal with it by yourself."""
+
+
+class ProblemGenerator(Protocol):
+    def get_available_skills(self, split: str = "train") -> list[str]: ...
+
+    def generate(self, skill: str, split: str, rng: random.Random) -> DBBenchProblem: ...
+
+
+class ReferenceSqlError(RuntimeError):
+    """A problem's reference SQL fails on this server: the data or the server is at fault."""
+
+
+@dataclass
+class _Episode:
+    problem: DBBenchProblem
+    sandbox: SqlSandbox
+    reference_sql: str | None  # in the sandbox's dialect
+    expected: tuple[Value, ...] = ()  # a query's answer
+    reference_rows: list[tuple[Value, ...]] | None = None  # a modification's table
+    operations: int = 0
+    sql_errors: int = 0
+
+
+class DBBenchSingleSkill(Task):
+    def __init__(
+        self,
+        source: Literal["procedural", "lifelong_agent_bench", "agentbench"] = "procedural",
+        data_file_path: str | None = None,
+        skill_to_tasks_path: str | None = None,
+        skills: list[str] | None = None,
+        num_train: int = 1024,
+        num_validation: int = 64,
+        seed: int = 0,
+        sandbox: SandboxSettings | None = None,
+        max_round: int = 3,
+        reward_correct: float = 1.0,
+        reward_incorrect: float = -0.1,
+        reward_timeout: float = -0.3,
+        modification_correct_at_round_limit: Literal["correct", "timeout"] = "correct",
+    ) -> None:
+        super().__init__(max_round=max_round)
+        # model_validate also takes the plain dicts of direct Python construction
+        self.sandbox_settings = SandboxSettings.model_validate(sandbox or {})
+        self.num_train = num_train
+        self.num_validation = num_validation
+        self.seed = seed
+        self.reward_correct = reward_correct
+        self.reward_incorrect = reward_incorrect
+        self.reward_timeout = reward_timeout
+        self.modification_correct_at_round_limit = modification_correct_at_round_limit
+        self._generator: ProblemGenerator | None = None
+        self._fixed: dict[str, Sample] = {}
+        self._episode: _Episode | None = None
+        self._limit_result: tuple[Outcome, float] = (Outcome.INCORRECT, reward_timeout)
+        self.skills: tuple[str, ...] = ()
+        if source == "agentbench":
+            if data_file_path is None or skill_to_tasks_path is not None or skills is not None:
+                raise ValueError("source 'agentbench' needs data_file_path (an AgentBench jsonl) "
+                                 "and takes neither skill_to_tasks_path nor skills")
+            self._fixed = {s.sample_id: s for s in load_agentbench_jsonl(data_file_path)}
+            if not self._fixed:
+                raise ValueError(f"data_file_path: {data_file_path} holds no AgentBench rows")
+            return
+        if source == "procedural":
+            if data_file_path is not None or skill_to_tasks_path is not None:
+                raise ValueError("source 'procedural' reads no data_file_path or "
+                                 "skill_to_tasks_path")
+            self._generator = ProceduralTaskGenerator()
+        elif (data_file_path is None) == (skill_to_tasks_path is None):
+            raise ValueError("source 'lifelong_agent_bench' needs exactly one of data_file_path "
+                             "(entry_dict.json) and skill_to_tasks_path")
+        elif data_file_path is not None:
+            self._generator = SingleSkillTaskGenerator.load_from_existing_data(data_file_path)
+        else:
+            self._generator = SingleSkillTaskGenerator(skill_to_tasks_path=skill_to_tasks_path)
+        available = self._generator.get_available_skills("train")
+        if skills is not None:
+            check_skills(skills, "skills")
+            missing = [skill for skill in skills if skill not in available]
+            if missing:
+                raise ValueError(f"skills: no tasks for {missing} in this source "
+                                 f"(available: {available})")
+        self.skills = tuple(skills) if skills is not None else tuple(available)
+        if not self.skills:
+            raise ValueError(f"source '{source}' offers no single-skill tasks")
+
+    # ---- samples -------------------------------------------------------------------
+    def sample_ids(self, split: str = "train") -> Sequence[str]:
+        if self._fixed:
+            return list(self._fixed)
+        count = self.num_train if split == "train" else self.num_validation
+        return [f"{split}-{index:06d}" for index in range(count)]
+
+    def _get_sample(self, sample_id: str) -> Sample:
+        if self._fixed:
+            if sample_id not in self._fixed:
+                raise KeyError(f"no AgentBench row '{sample_id}'")
+            return self._fixed[sample_id]
+        split, _, number = sample_id.rpartition("-")
+        if split not in ("train", "validation") or not number.isdigit() or self._generator is None:
+            raise KeyError(f"malformed DB-bench sample id '{sample_id}'")
+        rng = random.Random(f"{self.seed}:{sample_id}")
+        offered = set(self._generator.get_available_skills(split))
+        choices = [skill for skill in self.skills if skill in offered]
+        if not choices:
+            raise KeyError(f"sample '{sample_id}': no {split} tasks for skills {list(self.skills)}")
+        skill = rng.choice(choices)
+        problem = self._generator.generate(skill, split, rng)
+        return Sample(sample_id=sample_id, category=skill, data=problem.model_dump(mode="json"))
+
+    # ---- episode -------------------------------------------------------------------
+    def _reset(self, sample: Sample) -> str:
+        self._end_episode()
+        problem = DBBenchProblem.model_validate(sample.data)
+        sandbox = SqlSandbox(self.sandbox_settings, problem.table)
+        try:
+            self._episode = self._prepare(sample.sample_id, problem, sandbox)
+        except Exception:
+            sandbox.close()
+            raise
+        self._limit_result = (Outcome.INCORRECT, self.reward_timeout)
+        database = _DATABASE_NAMES[sandbox.dialect]
+        return (f"{RULES.format(database=database)}\n\n{problem.question}\n"
+                f"{problem.table.describe()}")
+
+    def _prepare(self, sample_id: str, problem: DBBenchProblem,
+                 sandbox: SqlSandbox) -> _Episode:
+        """Ground truth from the reference SQL, run on this server before the agent acts."""
+        reference = None
+        if problem.reference_sql is not None:
+            reference = translate_reference_sql(problem.reference_sql, sandbox.dialect,
+                                                sandbox.quote, problem.table)
+        episode = _Episode(problem, sandbox, reference, expected=problem.expected_answer or ())
+        if problem.kind is ProblemKind.QUERY and problem.expected_answer is not None:
+            return episode
+        assert reference is not None  # DBBenchProblem requires it here
+        result = sandbox.execute(reference)
+        if result.error is not None:
+            raise ReferenceSqlError(f"sample '{sample_id}': the reference SQL fails on "
+                                    f"{sandbox.dialect}: {result.error}\n  SQL: {reference}")
+        if problem.kind is ProblemKind.QUERY:
+            episode.expected = result.flat_values()
+        else:
+            episode.reference_rows = sandbox.table_rows()
+            sandbox.restore_rows()  # the agent starts from a fresh copy
+        return episode
+
+    def _step(self, action: str) -> StepOutcome:
+        episode = self._current()
+        reply = parse_reply(action)
+        if isinstance(reply, FormatFailure):
+            return self._finish(False, format_error=True)
+        if isinstance(reply, Answer):
+            return self._finish(self._graded(reply.text))
+        result = episode.sandbox.execute(reply.sql)
+        episode.operations += 1
+        episode.sql_errors += result.error is not None
+        observation = result.observation(self.sandbox_settings.max_rows_shown)
+        if self.round_index < self.max_round:
+            return StepOutcome(observation=observation)
+        # The round limit ends the episode after this reply: grade now, then drop the sandbox.
+        correct = (episode.problem.kind is ProblemKind.MODIFICATION
+                   and self.modification_correct_at_round_limit == "correct"
+                   and self._table_correct())
+        self._limit_result = ((Outcome.CORRECT, self.reward_correct) if correct
+                              else (Outcome.INCORRECT, self.reward_timeout))
+        info = self._final_info(correct, round_limit=True)
+        self._end_episode()
+        return StepOutcome(observation=observation, info=info)
+
+    def _at_round_limit(self) -> tuple[Outcome, float]:
+        return self._limit_result
+
+    def _finish(self, correct: bool, format_error: bool = False) -> StepOutcome:
+        info = self._final_info(correct, format_error=format_error)
+        self._end_episode()
+        return StepOutcome(observation="", terminated=True,
+                           reward=self.reward_correct if correct else self.reward_incorrect,
+                           outcome=Outcome.CORRECT if correct else Outcome.INCORRECT, info=info)
+
+    def _graded(self, answer_text: str) -> bool:
+        episode = self._current()
+        if episode.problem.kind is ProblemKind.MODIFICATION:
+            return self._table_correct()
+        return answers_match(parse_final_answer(answer_text), episode.expected,
+                             episode.problem.ordered)
+
+    def _table_correct(self) -> bool:
+        episode = self._current()
+        return tables_match(episode.sandbox.table_rows(), episode.reference_rows)
+
+    def _final_info(self, correct: bool, format_error: bool = False,
+                    round_limit: bool = False) -> dict[str, Any]:
+        episode = self._current()
+        info: dict[str, Any] = {
+            "metric/correct": float(correct),
+            "metric/format_error": float(format_error),
+            "metric/round_limit": float(round_limit),
+            "metric/sql_errors": float(episode.sql_errors),
+        }
+        for skill in episode.problem.skills:
+            info[f"metric/skill/{skill}"] = float(correct)
+        if episode.problem.kind is ProblemKind.MODIFICATION and episode.sandbox.dialect == "mysql":
+            info["table_md5"] = episode.sandbox.table_md5()
+            if episode.problem.answer_md5 is not None:
+                info["metric/agentbench_md5_match"] = float(
+                    info["table_md5"] == episode.problem.answer_md5)
+        return info
+
+    def _oracle_reply(self) -> str:
+        episode = self._current()
+        if episode.problem.kind is ProblemKind.QUERY:
+            return f"Action: Answer\nFinal Answer: {format_final_answer(episode.expected)}"
+        if episode.operations == 0:
+            return f"Action: Operation\n```sql\n{episode.reference_sql}\n```"
+        return "Action: Answer\nFinal Answer: []"
+
+    # ---- resources -----------------------------------------------------------------
+    def _current(self) -> _Episode:
+        if self._episode is None:
+            raise RuntimeError("no DB-bench episode in progress (reset() first)")
+        return self._episode
+
+    def _end_episode(self) -> None:
+        if self._episode is not None:
+            self._episode.sandbox.close()
+            self._episode = None
+
+    def close(self) -> None:
+        self._end_episode()
+
+
+gymnasium.register(id="db_bench/DBBenchSingleSkill-v0",
+                   entry_point="src.tasks.instance.db_bench.task_single_skill:DBBenchSingleSkill")

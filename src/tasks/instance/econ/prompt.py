@@ -1,0 +1,74 @@
+"""The household's monthly prompt, worded after EconAgent's."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from src.tasks.instance.econ.memory import Experience
+from src.tasks.instance.econ.population import Population
+from src.tasks.instance.econ.reply_parser import Decision
+from src.tasks.instance.econ.simulation import HOURS_PER_MONTH, MONTHS_PER_YEAR, EconomyState
+from src.tasks.instance.econ.tax import BRACKET_CUTOFFS, BRACKET_RATES
+
+FIRST_YEAR = 2001
+INSTRUCTION = (
+    "With all these factors in play, and considering your living costs, your future and the "
+    "broader economy, how willing are you to work this month? And what share of your savings "
+    "and income will you spend on essential goods, given their price?\n"
+    "Answer with a JSON object and nothing else, with two keys: \"work\" (between 0 and 1, in "
+    "steps of 0.02: your propensity to work) and \"consumption\" (between 0 and 1, in steps "
+    "of 0.02: the share of all your savings and income you spend on goods), for example\n"
+    '{"work": 0.8, "consumption": 0.4}')
+
+
+def money(amount: float) -> str:
+    return f"${amount:,.2f}"
+
+
+def situation(state: EconomyState, household: int) -> str:
+    """A short description of a household's situation, for the few-shot examples."""
+    return (f"savings {money(state.savings[household])}, hourly wage "
+            f"{money(state.wage[household])}, goods price {money(state.price)}")
+
+
+def household_prompt(population: Population, state: EconomyState, household: int,
+                     examples: Sequence[Experience] = ()) -> str:
+    year, month = divmod(state.month, MONTHS_PER_YEAR)
+    age = int(population.ages[household]) + year
+    wage = float(state.wage[household])
+    expected = HOURS_PER_MONTH * wage
+    if state.last_worked[household]:
+        last_work = (f"In the previous month you worked as a(n) {population.jobs[household]} "
+                     f"and earned {money(state.last_income[household])}.")
+        change = expected - state.last_income[household]
+        trend = "higher" if change > 0 else "lower" if change < 0 else "the same"
+        outlook = (f"If you keep working, your income this month will be {money(expected)}, "
+                   f"{trend} than last month as the labour market moved.")
+    else:
+        last_work = (f"In the previous month you did not work; your job is "
+                     f"{population.jobs[household]}.")
+        outlook = f"If you work this month, your income will be {money(expected)}."
+    brackets = ", ".join(f"{rate:.0%} above {money(cutoff)}"
+                         for cutoff, rate in zip(BRACKET_CUTOFFS, BRACKET_RATES, strict=True))
+    lines = [
+        f"You are {population.names[household]}, a {age}-year-old living in the United States. "
+        "Part of your monthly income is taxed by the federal government in tiers: each "
+        "bracket's rate applies to the income within it. After collection the government "
+        "shares all the tax revenue equally among all citizens, whatever their earnings.",
+        f"Now it is {FIRST_YEAR + year}.{month + 1:02d}. {last_work} {outlook}",
+        f"Last month you spent {money(state.last_spending[household])} on goods and paid "
+        f"{money(state.last_tax[household])} in tax, and the redistribution gave you "
+        f"{money(state.last_redistribution)}.",
+        f"The monthly tax brackets are: {brackets}.",
+        f"Essential goods cost {money(state.price)} each. Your savings are "
+        f"{money(state.savings[household])}, and the bank pays {state.interest_rate:.2%} a "
+        "year on them.",
+    ]
+    if examples:
+        shown = "\n".join(f"- {example.situation}: "
+                          f"{Decision(example.work, example.consumption).to_json()}"
+                          for example in examples)
+        lines.append("Decisions that worked out well for households in situations like "
+                     f"yours:\n{shown}")
+    lines.append(INSTRUCTION)
+    return "\n".join(lines)

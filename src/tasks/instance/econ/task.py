@@ -1,0 +1,222 @@
+"""Household decisions in the EconAgent economy: the policy chooses work and consumption.
+
+A sample is a month of a seeded economy whose households have followed the rule policy
+(`rule_policy`) so far, and one or more of its households (`households_per_sample`; with
+several, the episode asks for each in turn). The reply is `{"work": x, "consumption": y}`
+(`reply_parser`); the month is then stepped with the sample's own draws, the other
+households on the rule policy, and the reward is the household's expected value of the
+month (`reward`; the mean over the households). A format failure scores -1.0. An episode
+is CORRECT when its reward is at least the rule policy's.
+
+Metrics (`metric/<name>`, averaged per batch): `json_parse_success`, `format_failure`
+(the share of -1.0 rewards), `work` and `consumption` (the mean decision of an episode,
+parsed replies only), `valid_reward` (the reward of parsed replies) and `reward_vs_rule`.
+Their standard deviations come from the per-episode values in runs.jsonl (`info`).
+
+With `few_shot_examples` = k > 0, a prompt shows up to k of the best earlier training
+decisions in the nearest situations (`memory`). The memory is filled when a group ends, so
+every prompt of a batch sees the same history; it lives in the process, so a resumed run
+starts with an empty one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+from src.records.episode import Episode, Outcome, Sample
+from src.tasks.instance.econ.baseline_run import rule_economy_states
+from src.tasks.instance.econ.memory import (
+    Experience,
+    ExperienceMemory,
+    shared_memory,
+    situation_features,
+)
+from src.tasks.instance.econ.population import Population, sample_population
+from src.tasks.instance.econ.prompt import household_prompt, situation
+from src.tasks.instance.econ.reply_parser import Decision, FormatFailure, parse_decision
+from src.tasks.instance.econ.reward import household_rewards
+from src.tasks.instance.econ.rule_policy import rule_decisions
+from src.tasks.instance.econ.simulation import (
+    Decisions,
+    EconomyState,
+    MonthDraws,
+    month_draws,
+)
+from src.tasks.instance.econ.utility import UtilityParameters
+from src.tasks.task import StepOutcome, Task
+
+FORMAT_FAILURE_REWARD = -1.0
+SPLITS = {"train": 0, "validation": 1}
+_ECONOMY_STREAM, _SAMPLE_STREAM = 0, 1
+# (lowest hourly skill at month 0, category): each band holds about a third of households
+SKILL_BANDS = ((0.0, "low_skill"), (40.0, "middle_skill"), (150.0, "high_skill"))
+
+
+class EconDecisionTask(Task):
+    def __init__(
+        self,
+        seed: int = 0,
+        num_train: int = 256,
+        num_validation: int = 64,
+        num_economies: int = 8,
+        num_households: int = 100,
+        months: int = 120,
+        households_per_sample: int = 1,
+        utility: UtilityParameters | None = None,
+        few_shot_examples: int = 0,
+        few_shot_capacity: int = 512,
+    ) -> None:
+        super().__init__(max_round=households_per_sample)
+        for name, value, least in (("num_train", num_train, 0),
+                                   ("num_validation", num_validation, 0),
+                                   ("num_economies", num_economies, 1),
+                                   ("num_households", num_households, 1), ("months", months, 2),
+                                   ("few_shot_examples", few_shot_examples, 0)):
+            if value < least:
+                raise ValueError(f"EconDecisionTask: {name} must be at least {least}, got {value}")
+        if households_per_sample > num_households:
+            raise ValueError(f"EconDecisionTask: households_per_sample={households_per_sample} "
+                             f"exceeds num_households={num_households}")
+        self.seed = seed
+        self.num_train = num_train
+        self.num_validation = num_validation
+        self.num_economies = num_economies
+        self.num_households = num_households
+        self.months = months
+        self.households_per_sample = households_per_sample
+        # model_validate also takes the plain dicts of direct Python construction
+        self.utility = UtilityParameters.model_validate(utility or {})
+        self.few_shot_examples = few_shot_examples
+        self.memory: ExperienceMemory | None = None
+        if few_shot_examples > 0:
+            self.memory = shared_memory(
+                (seed, num_economies, num_households, months, households_per_sample,
+                 self.utility, few_shot_capacity), few_shot_capacity)
+        # the episode under way
+        self._population: Population | None = None
+        self._state: EconomyState | None = None
+        self._draws: MonthDraws | None = None
+        self._rule: Decisions | None = None
+        self._households: list[int] = []
+        self._decisions: list[Decision] = []
+
+    # ---- samples -------------------------------------------------------------------
+    def sample_ids(self, split: str = "train") -> Sequence[str]:
+        count = self.num_train if split == "train" else self.num_validation
+        return [f"{split}-{index:06d}" for index in range(count)]
+
+    def _economy_seed(self, split: str, economy: int) -> int:
+        sequence = np.random.SeedSequence([self.seed, SPLITS[split], _ECONOMY_STREAM, economy])
+        return int(sequence.generate_state(1)[0])
+
+    def _get_sample(self, sample_id: str) -> Sample:
+        split, _, number = sample_id.rpartition("-")
+        if split not in SPLITS or not number.isdigit():
+            raise KeyError(f"malformed econ sample id '{sample_id}'")
+        index = int(number)
+        if index >= len(self.sample_ids(split)):
+            raise KeyError(f"econ sample id '{sample_id}' is beyond the {split} split")
+        rng = np.random.default_rng([self.seed, SPLITS[split], _SAMPLE_STREAM, index])
+        economy_seed = self._economy_seed(split, index % self.num_economies)
+        month = int(rng.integers(1, self.months))
+        households = [int(h) for h in rng.choice(self.num_households,
+                                                 self.households_per_sample, replace=False)]
+        skill = float(sample_population(economy_seed, self.num_households).skills[households[0]])
+        category = [name for threshold, name in SKILL_BANDS if skill >= threshold][-1]
+        return Sample(sample_id=sample_id, category=category,
+                      data={"economy_seed": economy_seed, "month": month,
+                            "households": households})
+
+    def _sample_state(self, sample: Sample) -> EconomyState:
+        states = rule_economy_states(sample.data["economy_seed"], self.num_households,
+                                     self.months, self.utility)
+        return states[sample.data["month"]]
+
+    # ---- the episode ---------------------------------------------------------------
+    def _reset(self, sample: Sample) -> str:
+        self._population = sample_population(sample.data["economy_seed"], self.num_households)
+        self._state = self._sample_state(sample)
+        self._draws = month_draws(sample.data["economy_seed"], sample.data["month"],
+                                  self.num_households)
+        self._rule = rule_decisions(self._state, self.utility)
+        self._households = list(sample.data["households"])
+        self._decisions = []
+        return self._prompt(self._households[0])
+
+    def _prompt(self, household: int) -> str:
+        assert self._population is not None and self._state is not None
+        examples: list[Experience] = []
+        if self.memory is not None:
+            state = self._state
+            features = situation_features(state.savings[household], state.wage[household],
+                                          state.price, state.last_redistribution)
+            examples = self.memory.recall(features, self.few_shot_examples)
+        return household_prompt(self._population, self._state, household, examples)
+
+    def _step(self, action: str) -> StepOutcome:
+        parsed = parse_decision(action)
+        if isinstance(parsed, FormatFailure):
+            return StepOutcome(observation="", reward=FORMAT_FAILURE_REWARD, terminated=True,
+                               outcome=Outcome.INCORRECT,
+                               info={"metric/json_parse_success": 0.0,
+                                     "metric/format_failure": 1.0,
+                                     "econ/format_error": parsed.reason})
+        self._decisions.append(parsed)
+        if len(self._decisions) < len(self._households):
+            return StepOutcome(observation=self._prompt(self._households[len(self._decisions)]))
+        return self._score_month()
+
+    def _score_month(self) -> StepOutcome:
+        assert self._state is not None and self._draws is not None and self._rule is not None
+        decisions = self._rule
+        for household, decision in zip(self._households, self._decisions, strict=True):
+            decisions = decisions.with_decision(household, decision.work, decision.consumption)
+        reward = float(household_rewards(self._state, self._draws, decisions, self._households,
+                                         self.utility).mean())
+        rule_reward = float(household_rewards(self._state, self._draws, self._rule,
+                                              self._households, self.utility).mean())
+        info: dict[str, Any] = {
+            "metric/json_parse_success": 1.0,
+            "metric/format_failure": 0.0,
+            "metric/work": float(np.mean([d.work for d in self._decisions])),
+            "metric/consumption": float(np.mean([d.consumption for d in self._decisions])),
+            "metric/valid_reward": reward,
+            "metric/reward_vs_rule": reward - rule_reward,
+            "econ/decisions": [{"household": h, "work": d.work, "consumption": d.consumption}
+                               for h, d in zip(self._households, self._decisions, strict=True)],
+        }
+        return StepOutcome(observation="", reward=reward, terminated=True,
+                           outcome=Outcome.CORRECT if reward >= rule_reward else Outcome.INCORRECT,
+                           info=info)
+
+    def _oracle_reply(self) -> str:
+        assert self._rule is not None
+        household = self._households[len(self._decisions)]
+        return Decision(work=float(self._rule.work[household]),
+                        consumption=float(self._rule.consumption[household])).to_json()
+
+    def _score_group(self, episodes: Sequence[Episode]) -> None:
+        """Remember the group's parsed training decisions for later prompts."""
+        if self.memory is None:
+            return
+        for episode in episodes:
+            decisions = episode.info.get("econ/decisions")
+            if not episode.sample.sample_id.startswith("train-") or decisions is None:
+                continue
+            state = self._sample_state(episode.sample)
+            for decision in decisions:
+                household = decision["household"]
+                self.memory.add(Experience(
+                    features=situation_features(state.savings[household], state.wage[household],
+                                                state.price, state.last_redistribution),
+                    situation=situation(state, household), work=decision["work"],
+                    consumption=decision["consumption"],
+                    advantage=episode.info["metric/reward_vs_rule"]))
+
+
+gymnasium.register(id="econ/EconDecision-v0",
+                   entry_point="src.tasks.instance.econ.task:EconDecisionTask")

@@ -1,0 +1,205 @@
+"""The sandbox: escape attempts come back as errors and leave other databases untouched;
+statements are bounded in time and rows; sandboxes leave nothing behind."""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, make_url
+
+from src.tasks.instance.db_bench.problem import ColumnSpec, TableSpec
+from src.tasks.instance.db_bench.sandbox import SandboxSettings, SqlSandbox
+
+TABLE = TableSpec(name="Team Scores", columns=(ColumnSpec(name="Team Name"),
+                                               ColumnSpec(name="points", type="INT")),
+                  rows=tuple((f"team {index}", index) for index in range(30)))
+
+
+def escape_attempts(backend: str, canary: str, tmp_path: Path) -> list[str]:
+    """Statements that try to leave the sandbox; `canary` names the other database."""
+    attempts = [
+        f"DROP DATABASE {canary}",
+        f"DROP TABLE {canary}.secret",
+        f"INSERT INTO {canary}.secret VALUES ('pwned')",
+        f"UPDATE {canary}.secret SET v = 'pwned'",
+        f"DELETE FROM {canary}.secret",
+        f"SELECT * FROM {canary}.secret",
+        f"CREATE TABLE {canary}.intruder (v TEXT)",
+        f"ATTACH DATABASE '{tmp_path / 'canary.db'}' AS other",
+        "PRAGMA writable_schema = 1",
+        "SELECT 1; DROP TABLE secret",
+    ]
+    if backend == "sqlite":
+        attempts += [
+            f"VACUUM INTO '{tmp_path / 'copy.db'}'",
+            "SELECT load_extension('/tmp/evil')",
+            "SELECT readfile('/etc/passwd')",
+            "DETACH DATABASE main",
+        ]
+    elif backend == "mysql":
+        attempts += [
+            f"USE {canary}",
+            "SELECT LOAD_FILE('/etc/passwd')",
+            f"SELECT 1 INTO OUTFILE '{tmp_path / 'out.txt'}'",
+            f"SELECT 1 INTO DUMPFILE '{tmp_path / 'dump.bin'}'",
+            "LOAD DATA INFILE '/etc/passwd' INTO TABLE `Team Scores`",
+            "GRANT ALL PRIVILEGES ON *.* TO CURRENT_USER",
+            "SET GLOBAL max_connections = 1",
+            "SET SESSION max_statement_time = 0",
+            "CREATE DATABASE intruder",
+            "CREATE USER intruder",
+            f"RENAME TABLE `Team Scores` TO {canary}.stolen",
+        ]
+    else:
+        attempts += [
+            "SELECT pg_read_file('/etc/passwd')",
+            "SELECT lo_import('/etc/passwd')",
+            "COPY \"Team Scores\" TO '/tmp/out.txt'",
+            "COPY \"Team Scores\" FROM PROGRAM 'id'",
+            "SET ROLE postgres",
+            f"SET search_path = {canary}",
+            "SELECT set_config('statement_timeout', '0', false)",
+            "CREATE SCHEMA intruder",
+            "DO $$ BEGIN PERFORM 1; END $$",
+            f"ALTER TABLE \"Team Scores\" SET SCHEMA {canary}",
+        ]
+    return attempts
+
+
+@pytest.fixture
+def canary(backend: str, sandbox_url: str, tmp_path: Path) -> Iterator[str]:
+    """Another database (MySQL), schema (PostgreSQL) or file (SQLite) holding a secret."""
+    name = f"canary_{secrets.token_hex(4)}"
+    if backend == "sqlite":
+        with sqlite3.connect(tmp_path / "canary.db") as connection:
+            connection.execute("CREATE TABLE secret (v TEXT)")
+            connection.execute("INSERT INTO secret VALUES ('intact')")
+        connection.close()
+        yield name
+        return
+    engine = create_engine(sandbox_url, isolation_level="AUTOCOMMIT")
+    namespace = "DATABASE" if backend == "mysql" else "SCHEMA"
+    with engine.connect() as connection:
+        connection.exec_driver_sql(f"CREATE {namespace} {name}")
+        connection.exec_driver_sql(f"CREATE TABLE {name}.secret (v TEXT)")
+        connection.exec_driver_sql(f"INSERT INTO {name}.secret VALUES ('intact')")
+    yield name
+    with engine.connect() as connection:
+        connection.exec_driver_sql(f"DROP {namespace} IF EXISTS {name}"
+                                   + (" CASCADE" if backend == "postgresql" else ""))
+    engine.dispose()
+
+
+def canary_rows(backend: str, sandbox_url: str, canary: str, tmp_path: Path) -> list[tuple]:
+    if backend == "sqlite":
+        with sqlite3.connect(tmp_path / "canary.db") as connection:
+            rows = connection.execute("SELECT v FROM secret").fetchall()
+        connection.close()
+        return rows
+    engine = create_engine(sandbox_url)
+    with engine.connect() as connection:
+        rows = [tuple(row) for row in connection.exec_driver_sql(f"SELECT v FROM {canary}.secret")]
+    engine.dispose()
+    return rows
+
+
+def test_escape_attempts_are_error_observations(backend: str, sandbox_url: str, canary: str,
+                                                tmp_path: Path) -> None:
+    sandbox = SqlSandbox(SandboxSettings(url=sandbox_url), TABLE)
+    try:
+        for attempt in escape_attempts(backend, canary, tmp_path):
+            observation = sandbox.observe(attempt)
+            assert observation.startswith("Error: "), (attempt, observation)
+        assert sandbox.observe("SELECT COUNT(*) FROM " + sandbox.quote(TABLE.name)) == "[(30,)]"
+        # executable comments are dropped, not run: no file content comes back
+        hidden = "SELECT 1 /*! , LOAD_FILE('/etc/passwd') */" if backend == "mysql" else \
+            "SELECT 1 /* , pg_read_file('/etc/passwd') */"
+        assert sandbox.observe(hidden) == "[(1,)]"
+    finally:
+        sandbox.close()
+    assert canary_rows(backend, sandbox_url, canary, tmp_path) == [("intact",)]
+    assert not (tmp_path / "copy.db").exists() and not (tmp_path / "out.txt").exists()
+
+
+def test_the_database_refuses_what_the_guard_would_let_through(
+        backend: str, sandbox_url: str, canary: str, tmp_path: Path) -> None:
+    """Defence in depth: unguarded, the sandbox's own connection still cannot get out."""
+    attempts = {
+        "sqlite": [f"ATTACH DATABASE '{tmp_path / 'canary.db'}' AS other",
+                   f"VACUUM INTO '{tmp_path / 'copy.db'}'", "PRAGMA writable_schema = 1",
+                   "SELECT load_extension('/tmp/evil')"],
+        "mysql": [f"SELECT * FROM {canary}.secret", f"INSERT INTO {canary}.secret VALUES ('x')",
+                  f"DROP DATABASE {canary}", "SET GLOBAL max_connections = 1",
+                  "CREATE DATABASE intruder", f"GRANT ALL ON {canary}.* TO CURRENT_USER",
+                  f"SELECT 1 INTO OUTFILE '{tmp_path / 'out.txt'}'"],
+        "postgresql": [f"SELECT * FROM {canary}.secret", f"DROP SCHEMA {canary} CASCADE",
+                       "SELECT pg_read_file('/etc/passwd')", "SET ROLE postgres",
+                       "COPY (SELECT 1) TO '/tmp/out.txt'", "CREATE SCHEMA intruder"],
+    }[backend]
+    sandbox = SqlSandbox(SandboxSettings(url=sandbox_url), TABLE)
+    try:
+        for attempt in attempts:
+            assert sandbox._run(attempt).error is not None, attempt
+        if backend == "mysql":  # no FILE privilege: the server reads nothing
+            assert sandbox._run("SELECT LOAD_FILE('/etc/passwd')").rows == ((None,),)
+    finally:
+        sandbox.close()
+    assert canary_rows(backend, sandbox_url, canary, tmp_path) == [("intact",)]
+    assert not (tmp_path / "copy.db").exists()
+
+
+def test_time_limit_rows_cap_and_errors(backend: str, sandbox_url: str) -> None:
+    sandbox = SqlSandbox(SandboxSettings(url=sandbox_url, statement_timeout_s=0.5,
+                                         max_rows_shown=20), TABLE)
+    slow = {"sqlite": "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c) "
+                      "SELECT COUNT(*) FROM c",
+            "mysql": "SELECT SLEEP(5)",
+            "postgresql": "SELECT pg_sleep(5)"}[backend]
+    try:
+        started = time.monotonic()
+        assert sandbox.observe(slow).startswith("Error: ")
+        assert time.monotonic() - started < 3
+        listing = sandbox.observe(f"SELECT * FROM {sandbox.quote(TABLE.name)}")
+        assert listing.endswith("(20 of 30 rows shown; the rest were cut.)")
+        assert listing.count("team ") == 20
+        assert sandbox.observe("SELEC 1").startswith("Error: ")
+        assert sandbox.observe(f"UPDATE {sandbox.quote(TABLE.name)} SET points = 0 "
+                               f"WHERE points < 3") == "Query OK, 3 row(s) affected."
+        assert sandbox.observe("SELECT '100%' AS `p`" if backend == "mysql"
+                               else "SELECT '100%' AS p") == "[('100%',)]"
+    finally:
+        sandbox.close()
+
+
+def test_server_sandboxes_leave_nothing_behind(backend: str, sandbox_url: str) -> None:
+    if backend == "sqlite":
+        pytest.skip("an in-memory SQLite sandbox has nothing to drop")
+    sandbox = SqlSandbox(SandboxSettings(url=sandbox_url), TABLE)
+    name = sandbox._backend.name  # type: ignore[attr-defined]
+    sandbox.close()
+    sandbox.close()
+    engine = create_engine(sandbox_url)
+    with engine.connect() as connection:
+        if backend == "mysql":
+            left = connection.exec_driver_sql(
+                f"SELECT (SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = "
+                f"'{name}') + (SELECT COUNT(*) FROM mysql.user WHERE user = '{name}')").scalar()
+        else:
+            left = connection.exec_driver_sql(
+                f"SELECT (SELECT COUNT(*) FROM pg_namespace WHERE nspname = '{name}') + "
+                f"(SELECT COUNT(*) FROM pg_roles WHERE rolname = '{name}')").scalar()
+    engine.dispose()
+    assert left == 0
+
+
+def test_unsupported_urls_are_refused() -> None:
+    with pytest.raises(ValueError, match="in memory"):
+        SqlSandbox(SandboxSettings(url="sqlite:////tmp/shared.db"), TABLE)
+    with pytest.raises(ValueError, match="unsupported backend"):
+        SqlSandbox(SandboxSettings(url="oracle://scott@localhost/xe"), TABLE)
+    assert make_url(SandboxSettings().url).get_backend_name() == "sqlite"

@@ -1,0 +1,70 @@
+"""SQL text: the lexer's per-dialect reading, the statement guard, reference translation."""
+
+from __future__ import annotations
+
+import pytest
+
+from src.tasks.instance.db_bench.problem import ColumnSpec, TableSpec
+from src.tasks.instance.db_bench.reference_sql import translate_reference_sql
+from src.tasks.instance.db_bench.sql_lexer import SqlLexError, TokenKind, scan
+from src.tasks.instance.db_bench.statement_guard import StatementGuard, StatementRejected
+
+
+def test_semicolons_inside_strings_names_and_comments_do_not_split() -> None:
+    sql = "SELECT 'a;b', `c;d` FROM t -- x; y\n/* ; */ WHERE e = \"f;g\";"
+    scanned = scan(sql, "mysql")
+    assert len(scanned.statements()) == 1
+    assert [t.value for t in scanned.tokens if t.kind is TokenKind.STRING] == ["a;b", "f;g"]
+    assert "--" not in scanned.code and "/*" not in scanned.code
+
+
+def test_dialect_differences() -> None:
+    # MySQL: backslash escapes, '#' comments, "--" needs a space to start a comment
+    assert scan(r"SELECT 'it\'s'", "mysql").tokens[1].value == "it's"
+    assert len(scan("SELECT 1 # ; hidden", "mysql").statements()) == 1
+    assert [t.value for t in scan("SELECT 5--1", "mysql").tokens] == ["SELECT", "5", "-", "-", "1"]
+    # PostgreSQL: dollar quotes and nested comments; "..." is a name
+    assert scan("SELECT $x$a;b$x$", "postgresql").tokens[1].value == "a;b"
+    assert len(scan("SELECT /* a /* b */ ; */ 1", "postgresql").statements()) == 1
+    assert scan('SELECT "a b"', "postgresql").tokens[1].kind is TokenKind.IDENTIFIER
+    assert scan('SELECT "a b"', "mysql").tokens[1].kind is TokenKind.STRING
+    with pytest.raises(SqlLexError, match="unterminated string"):
+        scan("SELECT 'open", "sqlite")
+
+
+def test_guard_passes_ordinary_statements() -> None:
+    guard = StatementGuard("mysql", frozenset({"test", "mysql"}), frozenset({"scores"}))
+    for sql in ("SELECT a FROM t WHERE b >= 2;", "WITH x AS (SELECT 1) SELECT * FROM x",
+                "CREATE TEMPORARY TABLE tmp (a INT)", "CREATE OR REPLACE VIEW v AS SELECT 1",
+                "DROP TABLE IF EXISTS tmp", "SELECT scores.a FROM scores",
+                "SELECT t.a FROM t", "SHOW TABLES", "(SELECT 1)"):
+        assert guard.check(sql).rstrip(";") == sql.rstrip(";")
+    assert guard.check("SELECT 1 /* note */ -- end") == "SELECT 1"
+
+
+def test_guard_refuses_leaving_the_sandbox() -> None:
+    guard = StatementGuard("postgresql", frozenset({"public", "pg_catalog"}))
+    for sql in ("SELECT * FROM public.t", 'SELECT * FROM "public".t', "SET ROLE postgres",
+                "CREATE FUNCTION f() RETURNS int AS $$ SELECT 1 $$ LANGUAGE sql",
+                "SELECT pg_catalog.pg_read_file('x')", "", ";", "SELECT 1; SELECT 2"):
+        with pytest.raises(StatementRejected):
+            guard.check(sql)
+
+
+def test_reference_sql_is_translated_per_dialect() -> None:
+    table = TableSpec(name="game_results", columns=(ColumnSpec(name="Opponent"),
+                                                    ColumnSpec(name="Year"),
+                                                    ColumnSpec(name="Date moved")))
+    sql = ("UPDATE game_results SET Opponent = \"vs. O'Hara\", `date moved` = 'a\\'b' "
+           "WHERE Year = '2015' AND YEAR(NOW()) > 0")
+    assert translate_reference_sql(sql, "mysql", _double_quote, table) == sql
+    assert translate_reference_sql(sql, "postgresql", _double_quote, table) == (
+        "UPDATE \"game_results\" SET \"Opponent\" = 'vs. O''Hara', \"Date moved\" = 'a''b' "
+        "WHERE \"Year\" = '2015' AND YEAR(NOW()) > 0")
+    assert translate_reference_sql(sql, "sqlite", _double_quote, table) == (
+        "UPDATE game_results SET Opponent = 'vs. O''Hara', \"Date moved\" = 'a''b' "
+        "WHERE Year = '2015' AND YEAR(NOW()) > 0")
+
+
+def _double_quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

@@ -1,0 +1,103 @@
+"""The task's contract: messages, sample drawing, the round limit and its rewards, settings."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import gymnasium
+import pydantic
+import pytest
+
+from src.records.episode import Outcome
+from src.tasks.instance.db_bench.problem import DBBenchProblem
+from src.tasks.instance.db_bench.skills import SKILLS
+from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill
+
+
+def test_first_message_and_an_episode() -> None:
+    task = DBBenchSingleSkill(skills=["where_single_condition"], num_train=1)
+    observation, info = task.reset(options={"sample_id": "train-000000"})
+    problem = DBBenchProblem.model_validate(task.get_sample("train-000000").data)
+    rules, question = observation.split("\n\n", 1)
+    assert rules.startswith("I will ask you a question, then you should help me operate a "
+                            "SQLite database with SQL")
+    assert question == f"{problem.question}\n{problem.table.describe()}"
+    assert question.endswith(f"The name of this table is {problem.table.name}, and the headers "
+                             f"of this table are {','.join(c.name for c in problem.table.columns)}.")
+    assert info == {"sample_id": "train-000000", "category": "where_single_condition"}
+    observation, reward, terminated, truncated, _ = task.step(
+        f"Action: Operation\n```sql\n{problem.reference_sql}\n```")
+    assert observation.startswith("[(") and not terminated and not truncated
+    *_, info = task.step(task.oracle_reply())
+    assert info["outcome"] is Outcome.CORRECT and info["metric/correct"] == 1.0
+    task.close()
+
+
+def test_samples_are_deterministic_and_skills_uniform() -> None:
+    first, second = DBBenchSingleSkill(seed=3), DBBenchSingleSkill(seed=3)
+    ids = first.sample_ids("train")[:300]
+    assert [first.get_sample(i) for i in ids[:20]] == [second.get_sample(i) for i in ids[:20]]
+    assert DBBenchSingleSkill(seed=4).get_sample(ids[0]) != first.get_sample(ids[0])
+    counts = Counter(first.get_sample(i).category for i in ids)
+    assert set(counts) == set(SKILLS) and max(counts.values()) < 30
+    assert len(first.sample_ids("validation")) == 64
+    chosen = DBBenchSingleSkill(skills=["limit_only", "insert"])
+    assert {chosen.get_sample(i).category for i in ids[:20]} == {"limit_only", "insert"}
+
+
+@pytest.mark.parametrize(("skill", "setting", "outcome", "reward"), [
+    ("update", "correct", Outcome.CORRECT, 1.0),
+    ("update", "timeout", Outcome.INCORRECT, -0.3),
+    ("limit_only", "correct", Outcome.INCORRECT, -0.3),
+])
+def test_round_limit(skill: str, setting: str, outcome: Outcome, reward: float) -> None:
+    """A right modification at the limit counts as correct unless told otherwise."""
+    task = DBBenchSingleSkill(skills=[skill], num_train=1, max_round=1,
+                              modification_correct_at_round_limit=setting)
+    task.reset(options={"sample_id": "train-000000"})
+    problem = DBBenchProblem.model_validate(task.get_sample("train-000000").data)
+    _, step_reward, terminated, truncated, info = task.step(
+        f"Action: Operation\n```sql\n{problem.reference_sql}\n```")
+    assert (terminated, truncated) == (False, True)
+    assert (info["outcome"], step_reward) == (outcome, reward)
+    assert info["metric/round_limit"] == 1.0
+    task.close()
+
+
+def test_wrong_modification_at_the_round_limit_is_a_timeout() -> None:
+    task = DBBenchSingleSkill(skills=["delete"], num_train=1, max_round=2)
+    task.reset(options={"sample_id": "train-000000"})
+    table = DBBenchProblem.model_validate(task.get_sample("train-000000").data).table.name
+    assert task.step("Action: Operation\n```sql\nSELECT 1\n```")[2:4] == (False, False)
+    *_, reward, terminated, truncated, info = task.step(
+        f'Action: Operation\n```sql\nDELETE FROM "{table}"\n```')
+    assert (reward, terminated, truncated, info["outcome"]) == (-0.3, False, True,
+                                                                 Outcome.INCORRECT)
+    task.close()
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(pydantic.ValidationError, match="extra"):
+        DBBenchSingleSkill(sandbox={"url": "sqlite://", "timeout": 3})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown skills"):
+        DBBenchSingleSkill(skills=["joins"])
+    with pytest.raises(ValueError, match="needs data_file_path"):
+        DBBenchSingleSkill(source="agentbench")
+    with pytest.raises(ValueError, match="exactly one of data_file_path"):
+        DBBenchSingleSkill(source="lifelong_agent_bench")
+    with pytest.raises(KeyError, match="malformed"):
+        DBBenchSingleSkill().get_sample("test-1")
+
+
+def test_registered_with_gymnasium() -> None:
+    assert gymnasium.spec("db_bench/DBBenchSingleSkill-v0").entry_point == \
+        "src.tasks.instance.db_bench.task_single_skill:DBBenchSingleSkill"
+
+
+def test_close_drops_the_sandbox_and_is_safe_twice() -> None:
+    task = DBBenchSingleSkill(num_train=1)
+    task.reset(options={"sample_id": "train-000000"})
+    task.close()
+    task.close()
+    with pytest.raises(RuntimeError, match="no DB-bench episode"):
+        task.oracle_reply()

@@ -1,0 +1,130 @@
+"""The econ task: samples, replies, same-sample determinism, the oracle, few-shot memory."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from src.records.chat import Role
+from src.records.episode import Episode, EpisodeStatus, Outcome
+from src.tasks.instance.econ.task import EconDecisionTask
+
+SMALL = {"num_train": 12, "num_validation": 4, "num_economies": 2, "num_households": 30,
+         "months": 60}
+
+
+def run(task: EconDecisionTask, sample_id: str, replies: list[str]) -> Episode:
+    observation, info = task.reset(options={"sample_id": sample_id})
+    assert task.sample is not None
+    episode = Episode(task.sample, 0, 0, task)
+    episode.add_message(Role.USER, observation)
+    for reply in replies:
+        episode.add_message(Role.AGENT, reply)
+        observation, reward, terminated, _, info = task.step(reply)
+        episode.reward += reward
+        episode.status = EpisodeStatus(info.pop("status"))
+        episode.outcome = Outcome(info.pop("outcome"))
+        episode.info.update(info)
+        if terminated:
+            break
+        episode.add_message(Role.USER, observation)
+    return episode
+
+
+def test_samples_are_deterministic_and_splits_differ() -> None:
+    first, second = EconDecisionTask(**SMALL), EconDecisionTask(**SMALL)
+    assert first.get_sample("train-000003") == second.get_sample("train-000003")
+    train = first.get_sample("train-000000").data["economy_seed"]
+    assert train != first.get_sample("validation-000000").data["economy_seed"]
+    assert 1 <= first.get_sample("train-000005").data["month"] < SMALL["months"]
+    with pytest.raises(KeyError, match="beyond the train split"):
+        first.get_sample("train-000012")
+    with pytest.raises(KeyError, match="malformed"):
+        first.get_sample("test-1")
+
+
+def test_the_prompt_shows_the_household_and_asks_for_json() -> None:
+    task = EconDecisionTask(**SMALL)
+    observation, info = task.reset(options={"sample_id": "train-000000"})
+    assert info["category"] in {"low_skill", "middle_skill", "high_skill"}
+    for part in ("-year-old", "income", "tax", "redistribution",
+                 "savings", "cost", "a year on them", '"work"', '"consumption"'):
+        assert part in observation
+
+
+def test_same_sample_same_action_same_reward_across_instances() -> None:
+    reply = '{"work": 0.6, "consumption": 0.3}'
+    rewards = [run(EconDecisionTask(**SMALL), "train-000004", [reply]).reward for _ in range(3)]
+    assert rewards[0] == rewards[1] == rewards[2]
+    other = run(EconDecisionTask(**SMALL), "train-000004", ['{"work": 0.6, "consumption": 0.5}'])
+    assert other.reward != rewards[0]
+
+
+def test_format_failure_scores_minus_one_with_metrics() -> None:
+    episode = run(EconDecisionTask(**SMALL), "train-000001", ["I will work hard."])
+    assert episode.reward == -1.0 and episode.outcome is Outcome.INCORRECT
+    assert episode.status is EpisodeStatus.COMPLETED
+    assert episode.info["metric/json_parse_success"] == 0.0
+    assert episode.info["metric/format_failure"] == 1.0
+    assert "metric/work" not in episode.info  # decision means cover parsed replies only
+
+
+def test_parsed_reply_metrics() -> None:
+    episode = run(EconDecisionTask(**SMALL), "train-000001", ['{"work": 0.4, "consumption": 0.2}'])
+    assert -1.0 < episode.reward < 1.0
+    info = episode.info
+    assert (info["metric/json_parse_success"], info["metric/format_failure"]) == (1.0, 0.0)
+    assert (info["metric/work"], info["metric/consumption"]) == (0.4, 0.2)
+    assert info["metric/valid_reward"] == episode.reward
+
+
+def test_oracle_beats_constant_actions_on_average() -> None:
+    task = EconDecisionTask(**SMALL)
+    ids = list(task.sample_ids("train"))
+    oracle = []
+    for sample_id in ids:
+        task.reset(options={"sample_id": sample_id})
+        episode = run(task, sample_id, [task.oracle_reply()])
+        assert episode.outcome is Outcome.CORRECT and episode.info["metric/reward_vs_rule"] == 0
+        oracle.append(episode.reward)
+    for silly in ('{"work": 0.5, "consumption": 0.5}', '{"work": 0.0, "consumption": 1.0}',
+                  '{"work": 1.0, "consumption": 0.0}'):
+        constant = [run(task, sample_id, [silly]).reward for sample_id in ids]
+        assert np.mean(oracle) > np.mean(constant)
+
+
+def test_several_households_are_asked_in_turn() -> None:
+    task = EconDecisionTask(**SMALL, households_per_sample=3)
+    task.reset(options={"sample_id": "train-000002"})
+    replies = []
+    for _ in range(3):
+        replies.append(task.oracle_reply())
+        _, _, terminated, truncated, info = task.step(replies[-1])
+        assert not truncated
+    assert terminated and len(info["econ/decisions"]) == 3
+    assert len({d["household"] for d in info["econ/decisions"]}) == 3
+    failed = run(task, "train-000002", [replies[0], "{}"])
+    assert failed.reward == -1.0 and len(failed.chat) == 4  # ended at the second reply
+
+
+def test_few_shot_memory_fills_from_training_groups_only() -> None:
+    task = EconDecisionTask(**SMALL, seed=91, few_shot_examples=2, few_shot_capacity=3)
+    assert task.memory is not None
+    task.memory.clear()
+    first_prompt, _ = task.reset(options={"sample_id": "train-000000"})
+    assert "worked out well" not in first_prompt
+    group = [run(EconDecisionTask(**SMALL, seed=91, few_shot_examples=2, few_shot_capacity=3),
+                 "train-000000", [reply])
+             for reply in ('{"work": 1, "consumption": 0.2}', '{"work": 1, "consumption": 0.2}',
+                           '{"work": 0, "consumption": 0.9}')]
+    task.score_group(group)
+    assert len(task.memory) == 3
+    task.score_group([run(task, "validation-000000", ['{"work": 1, "consumption": 0.2}'])])
+    assert len(task.memory) == 3
+    prompt, _ = task.reset(options={"sample_id": "train-000000"})
+    shown = prompt.split("worked out well")[1]
+    assert shown.count('{"work": 1.0, "consumption": 0.2}') == 1  # duplicates shown once
+    assert prompt == task.reset(options={"sample_id": "train-000000"})[0]
+    task.score_group(group)  # the capacity bounds the memory
+    assert len(task.memory) == 3
+

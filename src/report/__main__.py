@@ -1,4 +1,8 @@
-"""Learning curves of a run: python -m src.report OUTPUT_DIR  ->  OUTPUT_DIR/report/*.png"""
+"""A run's report: python -m src.report OUTPUT_DIR  ->  OUTPUT_DIR/report/*.png, summary.md
+
+PNG learning curves of the logged metrics, and a markdown table of every metric's first
+and last logged value (evaluation metrics, then the rest).
+"""
 
 from __future__ import annotations
 
@@ -56,10 +60,33 @@ def plot(output_dir: Path) -> list[Path]:
     return written
 
 
+def summary_table(rows: list[dict[str, float]]) -> str:
+    """Markdown: each metric's first and last logged value, with their steps."""
+    first: dict[str, tuple[int, float]] = {}
+    last: dict[str, tuple[int, float]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key != "step":
+                first.setdefault(key, (int(row["step"]), value))
+                last[key] = (int(row["step"]), value)
+    keys = sorted(first, key=lambda key: (not key.startswith("eval/"), key))
+    lines = ["| metric | first (step) | last (step) |", "| --- | --- | --- |"]
+    lines += [f"| {key} | {first[key][1]:.4g} ({first[key][0]}) | {last[key][1]:.4g} "
+              f"({last[key][0]}) |" for key in keys]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(output_dir: Path) -> list[Path]:
+    written = plot(output_dir)
+    summary = output_dir / "report" / "summary.md"
+    summary.write_text(f"# {output_dir.name}\n\n{summary_table(load_metrics(output_dir))}")
+    return [*written, summary]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("output_dir", type=Path)
-    for path in plot(parser.parse_args().output_dir):
+    for path in write_report(parser.parse_args().output_dir):
         print(path)
 
 

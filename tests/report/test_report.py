@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from src.report.__main__ import plot
+from src.report.__main__ import plot, write_report
 
 
 def test_report_writes_a_png_per_logged_curve(tmp_path: Path) -> None:
@@ -21,3 +21,15 @@ def test_report_writes_a_png_per_logged_curve(tmp_path: Path) -> None:
 def test_report_without_metrics_names_the_folder(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=str(tmp_path)):
         plot(tmp_path)
+
+
+def test_summary_table_has_first_and_last_values(tmp_path: Path) -> None:
+    rows = [{"step": 0, "eval/accuracy": 0.1}, {"step": 1, "reward": 0.2},
+            {"step": 2, "reward": 0.4, "eval/accuracy": 0.9}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    written = write_report(tmp_path)
+    table = (tmp_path / "report" / "summary.md").read_text()
+    assert written[-1].name == "summary.md"
+    assert "| eval/accuracy | 0.1 (0) | 0.9 (2) |" in table
+    assert "| reward | 0.2 (1) | 0.4 (2) |" in table
+    assert table.index("eval/accuracy") < table.index("| reward")

@@ -20,6 +20,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from src.language_models.embedded_model import DEFAULT_MODEL, resolve_model_path
+from src.language_models.grouped_attention import GROUPED_SDPA
 from src.language_models.kv_cache import growing_cache
 from src.language_models.language_model import (
     Generation,
@@ -87,7 +88,12 @@ def _sample_from_logits(logits: torch.Tensor, temperature: float,
         sorted_logits = sorted_logits.masked_fill(outside, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
     log_probs = torch.log_softmax(logits, dim=-1)
-    tokens = torch.multinomial(log_probs.exp(), num_samples=1).squeeze(-1)
+    # Inverse-CDF draw: the same distribution as torch.multinomial, which takes ~14 ms for
+    # 16 rows x 49k tokens on CPU against ~0.3 ms here. A token outside the nucleus adds no
+    # mass to the CDF, so it is never drawn.
+    cdf = log_probs.exp().double().cumsum(dim=-1)
+    uniform = torch.rand((cdf.shape[0], 1), dtype=torch.float64, device=cdf.device) * cdf[:, -1:]
+    tokens = torch.searchsorted(cdf, uniform, right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
     return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
@@ -103,6 +109,7 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         adapter_path: str | None = None,
         gradient_checkpointing: bool = False,
         prefix_caching: bool = True,
+        attn_implementation: str = "auto",
     ) -> None:
         self.model_name_or_path = model_name_or_path
         role_dict = {key.lower(): value for key, value in (role_dict or {}).items()}
@@ -115,7 +122,10 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         self.dtype = _choose_dtype(dtype, self.device)
         path = resolve_model_path(model_name_or_path)
         self._tokenizer = AutoTokenizer.from_pretrained(path)
-        base = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype).to(self.device)
+        if attn_implementation == "auto":  # see grouped_attention; CUDA kernels prefer sdpa
+            attn_implementation = "sdpa" if self.device.type == "cuda" else GROUPED_SDPA
+        base = AutoModelForCausalLM.from_pretrained(
+            path, dtype=self.dtype, attn_implementation=attn_implementation).to(self.device)
         if gradient_checkpointing:
             base.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -1,0 +1,29 @@
+"""The token sampler draws from exactly the distribution whose log-probs it reports."""
+
+from __future__ import annotations
+
+import torch
+
+from src.language_models.instance.huggingface_lora_language_model import _sample_from_logits
+
+
+def test_sampled_frequencies_match_the_reported_distribution() -> None:
+    torch.manual_seed(0)
+    draws = 200_000
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, -3.0]]).repeat(draws, 1)
+    for temperature, top_p in ((1.0, 1.0), (0.7, 1.0), (1.0, 0.8)):
+        tokens, logprobs = _sample_from_logits(logits, temperature, top_p)
+        expected = torch.zeros(5)
+        expected[tokens] = logprobs.exp()  # each drawn token's reported probability
+        frequency = torch.bincount(tokens, minlength=5).float() / draws
+        # binomial std of a frequency here is at most 0.0011: 0.005 is > 4 sigma
+        assert torch.allclose(frequency, expected, atol=0.005), (temperature, top_p, frequency)
+        assert abs(float(expected.sum()) - 1.0) < 1e-4  # every token in the nucleus was drawn
+    # top_p 0.8 keeps tokens 0 and 1 (0.64 + 0.24 >= 0.8): the rest are never drawn
+    assert set(tokens.tolist()) == {0, 1}
+
+
+def test_greedy_takes_the_argmax() -> None:
+    tokens, logprobs = _sample_from_logits(torch.tensor([[0.1, 3.0, 2.9]]), 0.0, 1.0)
+    assert tokens.tolist() == [1]
+    assert torch.allclose(logprobs, torch.log_softmax(torch.tensor([0.1, 3.0, 2.9]), -1)[1:2])

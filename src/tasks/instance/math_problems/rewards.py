@@ -11,11 +11,13 @@ from __future__ import annotations
 import logging
 import math
 import re
-import statistics
 from collections.abc import Callable, Sequence
 
+import torch
 from math_verify import parse, verify
 from pydantic import BaseModel, ConfigDict, Field
+
+from src.training.policy_gradient import advantages
 
 # Timeouts are disabled on purpose (see is_correct); the library warns on every call.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -123,12 +125,11 @@ def length_rewards(correct: Sequence[bool], lengths: Sequence[int]) -> list[floa
     return rewards
 
 
-def z_normalise(values: Sequence[float], eps: float = 1e-6) -> list[float]:
-    """(R - mean_g) / (std_g + eps) with the unbiased std; a group of one is left as is."""
-    if len(values) < 2:
-        return list(values)
-    mean, spread = statistics.fmean(values), statistics.stdev(values)
-    return [(value - mean) / (spread + eps) for value in values]
+def z_normalise(values: Sequence[float]) -> list[float]:
+    """Per-prompt z-score (R - mean_g) / (std_g + eps): GRPO's advantage over one group,
+    so the same formula (unbiased std, a group of one left as is) serves both."""
+    rewards = torch.tensor(values, dtype=torch.float64)
+    return advantages(rewards, torch.zeros(len(values), dtype=torch.long), "grpo").tolist()
 
 
 TEXT_REWARDS: dict[str, Callable[[str, str], float]] = {

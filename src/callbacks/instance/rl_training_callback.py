@@ -257,11 +257,12 @@ class RLTrainingCallback(Callback):
         micro_batches: list[list[int]] = []
         for part in parts:
             current: list[int] = []
+            width = 0  # the longest row of `current`
             for row in part:
-                width = max([lengths[r] for r in current] + [lengths[row]])
+                width = max(width, lengths[row])
                 if current and (len(current) + 1) * width > self.micro_batch_max_tokens:
                     micro_batches.append(current)
-                    current = []
+                    current, width = [], lengths[row]
                 current.append(row)
             micro_batches.append(current)
         return micro_batches

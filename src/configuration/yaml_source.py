@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
+from pydantic import BaseModel, ValidationError
 
 from src.configuration.errors import ConfigError
+
+Model = TypeVar("Model", bound=BaseModel)
 
 
 class _NumberAwareLoader(yaml.SafeLoader):
@@ -73,6 +76,16 @@ class YamlSource:
         return ConfigError(problem, file=str(self.path),
                            key=".".join(str(part) for part in key_path) or None,
                            line=self.line_of(key_path))
+
+    def validate(self, model: type[Model]) -> Model:
+        """The document as `model`; a validation error names the first bad key and its line."""
+        try:
+            return model.model_validate(self.data)
+        except ValidationError as error:
+            first = error.errors()[0]
+            messages = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                                 for e in error.errors())
+            raise self.error(messages, tuple(first["loc"])) from error
 
 
 def load_yaml_text(text: str) -> Any:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import ValidationError
 
 from src.agents.agent import Agent
 from src.callbacks.callback import Callback
@@ -63,17 +62,13 @@ def load_experiment_config(path: Path) -> tuple[ExperimentConfig, YamlSource]:
     if not isinstance(source.data, dict):
         raise ConfigError("the file must hold a mapping with key 'assignment_config'",
                           file=str(path))
-    try:
-        return ExperimentConfig.model_validate(source.data), source
-    except ValidationError as error:
-        first = error.errors()[0]
-        messages = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                             for e in error.errors())
-        raise source.error(messages, tuple(first["loc"])) from error
+    return source.validate(ExperimentConfig), source
 
 
-def _plan(spec: ComponentConfig, key_path: tuple[str | int, ...], source: YamlSource,
-          base: type, language_model_names: set[str]) -> ComponentPlan:
+def plan_component(spec: ComponentConfig, key_path: tuple[str | int, ...], source: YamlSource,
+                   base: type, language_model_names: set[str]) -> ComponentPlan:
+    """Resolve the class and check its parameters; a language-model parameter must name
+    one of `language_model_names`."""
     cls = resolve_class(spec, key_path, source, base)
     parameters = validate_parameters(cls, spec.parameters, key_path, source,
                                      {"language_model": LanguageModel})
@@ -99,17 +94,19 @@ def plan_experiment(config: ExperimentConfig, source: YamlSource) -> ExperimentP
         if spec.name in language_models:
             raise source.error(f"duplicate language model name '{spec.name}'",
                                (*root, "language_model_list", index, "name"))
-        language_models[spec.name] = _plan(spec, (*root, "language_model_list", index), source,
-                                           LanguageModel, set())
+        # a language model may name those listed before it (a rollout pool its trainer)
+        language_models[spec.name] = plan_component(
+            spec, (*root, "language_model_list", index), source, LanguageModel,
+            set(language_models))
     names = set(language_models)
     return ExperimentPlan(
         config=config,
         source=source,
-        task=_plan(assignment.task, (*root, "task"), source, Task, names),
-        agent=_plan(assignment.agent, (*root, "agent"), source, Agent, names),
+        task=plan_component(assignment.task, (*root, "task"), source, Task, names),
+        agent=plan_component(assignment.agent, (*root, "agent"), source, Agent, names),
         language_models=language_models,
-        callbacks={callback_id: _plan(spec, (*root, "callback_dict", callback_id), source,
-                                      Callback, names)
+        callbacks={callback_id: plan_component(spec, (*root, "callback_dict", callback_id),
+                                               source, Callback, names)
                    for callback_id, spec in assignment.callback_dict.items()},
     )
 
@@ -122,27 +119,30 @@ class Components:
     callbacks: dict[str, Callback]
 
 
+def instantiate(component: ComponentPlan, language_models: dict[str, LanguageModel]) -> Any:
+    """Build a planned component, passing the live language models it names."""
+    arguments = {
+        name: language_models[value] if _is_language_model_reference(component.cls, name)
+        else value
+        for name, value in component.parameters.items()
+    }
+    return component.cls(**arguments)
+
+
 def build_components(plan: ExperimentPlan) -> Components:
     # LoRA A matrices are drawn at construction: seed so that two runs start alike.
     torch.manual_seed(plan.config.assignment_config.random_seed)
-    language_models = {name: lm.cls(**lm.parameters) for name, lm in plan.language_models.items()}
-
-    def instantiate(component: ComponentPlan) -> Any:
-        arguments = {
-            name: language_models[value] if _is_language_model_reference(component.cls, name)
-            else value
-            for name, value in component.parameters.items()
-        }
-        return component.cls(**arguments)
-
+    language_models: dict[str, LanguageModel] = {}
+    for name, language_model_plan in plan.language_models.items():
+        language_models[name] = instantiate(language_model_plan, language_models)
     callbacks: dict[str, Callback] = {}
     for callback_id, callback_plan in plan.callbacks.items():
-        callback = instantiate(callback_plan)
+        callback = instantiate(callback_plan, language_models)
         callback.callback_id = callback_id
         callbacks[callback_id] = callback
     return Components(
-        make_task=lambda: instantiate(plan.task),
-        agent=instantiate(plan.agent),
+        make_task=lambda: instantiate(plan.task, language_models),
+        agent=instantiate(plan.agent, language_models),
         language_models=language_models,
         callbacks=callbacks,
     )

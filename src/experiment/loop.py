@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from src.callbacks.callback import BatchContext
+from src.agents.agent import Agent
+from src.callbacks.callback import BatchContext, Callback
 from src.configuration.assignment import AssignmentConfig
 from src.experiment.assembly import Components
 from src.experiment.files import JsonlLog, atomic_directory, atomic_write_text
@@ -55,6 +57,53 @@ def _episode_seed(random_seed: int, batch_index: int, slot: int) -> int:
     return (random_seed * 1_000_003 + batch_index * 10_007 + slot) % (2**31)
 
 
+def _roll_out(samples: Sequence[tuple[Sample, int]], task_pool: Callable[[int], Sequence[Task]],
+              agent: Agent, batch_index: int, random_seed: int,
+              callbacks: Sequence[Callback] = ()) -> list[Episode]:
+    """Roll out (sample, group_index) pairs together, each episode seeded by its slot."""
+    seeds = [_episode_seed(random_seed, batch_index, slot) for slot in range(len(samples))]
+    return roll_out_lockstep(samples, task_pool(len(samples)), agent, batch_index, seeds,
+                             callbacks)
+
+
+def task_metrics(records: Sequence[EpisodeRecord], prefix: str) -> dict[str, float]:
+    """Means of the numeric `metric/...` entries tasks put in episode info."""
+    sums: dict[str, list[float]] = {}
+    for record in records:
+        for key, value in record.info.items():
+            if key.startswith("metric/") and isinstance(value, int | float):
+                sums.setdefault(prefix + key.removeprefix("metric/"), []).append(float(value))
+    return {key: sum(values) / len(values) for key, values in sums.items()}
+
+
+def evaluate_on_validation(task_pool: Callable[[int], Sequence[Task]], agent: Agent,
+                           max_samples: int | None, temperature: float, chunk: int,
+                           random_seed: int, step: int, output_dir: Path) -> dict[str, float]:
+    """Roll out the first `max_samples` validation samples once each, `chunk` episodes at a
+    time, at `temperature`; write them to output_dir/evaluation/step-N.jsonl and return the
+    `eval/` statistics ({} when the task has no validation samples).
+
+    `task_pool(n)` hands out n task instances (reused between calls).
+    """
+    task = task_pool(1)[0]
+    ids = list(task.sample_ids("validation"))[:max_samples]
+    if not ids:
+        return {}
+    records: list[EpisodeRecord] = []
+    with agent.evaluating(temperature):
+        for start in range(0, len(ids), chunk):
+            torch.manual_seed(_episode_seed(random_seed, -1 - step, start))
+            pairs = [(task.get_sample(i), 0) for i in ids[start:start + chunk]]
+            episodes = _roll_out(pairs, task_pool, agent, step, random_seed)
+            records += [episode.to_record() for episode in episodes]
+    # Every evaluation episode, for statistics beyond the logged means (spreads, tables).
+    atomic_write_text(output_dir / "evaluation" / f"step-{step:06d}.jsonl", "".join(
+        json.dumps(record.model_dump(mode="json")) + "\n" for record in records))
+    stats = episode_statistics(records, prefix="eval/")
+    stats.update(task_metrics(records, "eval/"))
+    return stats
+
+
 class ExperimentLoop:
     def __init__(self, assignment: AssignmentConfig, components: Components,
                  run: RunDirectory, show_progress: bool = True) -> None:
@@ -76,43 +125,19 @@ class ExperimentLoop:
                      notify_callbacks: bool = True) -> list[Episode]:
         """Roll out (sample, group_index) pairs together until every episode ends."""
         callbacks = list(self.components.callbacks.values()) if notify_callbacks else []
-        seeds = [_episode_seed(self.assignment.random_seed, batch_index, slot)
-                 for slot in range(len(samples))]
-        return roll_out_lockstep(samples, self._task_pool(len(samples)), self.components.agent,
-                                 batch_index, seeds, callbacks)
+        return _roll_out(samples, self._task_pool, self.components.agent, batch_index,
+                         self.assignment.random_seed, callbacks)
 
     # ---- evaluation ----------------------------------------------------------------
     def evaluate(self, step: int) -> dict[str, float]:
-        evaluation = self.assignment.evaluation
-        task = self._task_pool(1)[0]
-        ids = list(task.sample_ids("validation"))[: evaluation.max_samples]
-        if not ids:
-            return {}
-        chunk = self.assignment.rollout.batch_size * self.assignment.rollout.group_size
-        records: list[EpisodeRecord] = []
-        with self.components.agent.evaluating(evaluation.temperature):
-            for start in range(0, len(ids), chunk):
-                torch.manual_seed(_episode_seed(self.assignment.random_seed, -1 - step, start))
-                pairs = [(task.get_sample(i), 0) for i in ids[start:start + chunk]]
-                episodes = self.run_episodes(pairs, batch_index=step, notify_callbacks=False)
-                records += [episode.to_record() for episode in episodes]
-        # Every evaluation episode, for statistics beyond the logged means (spreads, tables).
-        atomic_write_text(self.run.path / "evaluation" / f"step-{step:06d}.jsonl", "".join(
-            json.dumps(record.model_dump(mode="json")) + "\n" for record in records))
-        stats = episode_statistics(records, prefix="eval/")
-        for key, value in self._task_metrics(records, "eval/").items():
-            stats[key] = value
-        self.metrics.log(step, stats)
+        rollout = self.assignment.rollout
+        stats = evaluate_on_validation(
+            self._task_pool, self.components.agent, self.assignment.evaluation.max_samples,
+            self.assignment.evaluation.temperature, rollout.batch_size * rollout.group_size,
+            self.assignment.random_seed, step, self.run.path)
+        if stats:
+            self.metrics.log(step, stats)
         return stats
-
-    def _task_metrics(self, records: Sequence[EpisodeRecord], prefix: str) -> dict[str, float]:
-        """Means of the numeric `metric/...` entries tasks put in episode info."""
-        sums: dict[str, list[float]] = {}
-        for record in records:
-            for key, value in record.info.items():
-                if key.startswith("metric/") and isinstance(value, int | float):
-                    sums.setdefault(prefix + key.removeprefix("metric/"), []).append(float(value))
-        return {key: sum(values) / len(values) for key, values in sums.items()}
 
     # ---- the run -------------------------------------------------------------------
     def execute(self, state: RunState) -> dict:
@@ -150,10 +175,12 @@ class ExperimentLoop:
 
                 step = batch_index + 1
                 metrics = episode_statistics(records, prefix="rollout/")
-                metrics.update(self._task_metrics(records, "rollout/"))
+                metrics.update(task_metrics(records, "rollout/"))
                 context = BatchContext(batch_index, episodes, group_size)
                 for callback in callbacks.values():
                     metrics.update(callback.on_batch_end(context))
+                for language_model in self.components.language_models.values():
+                    metrics.update(language_model.drain_metrics())
                 self.metrics.log(step, metrics)
                 if evaluation.every_n_batches and step % evaluation.every_n_batches == 0 or evaluation.at_end and step == total:
                     self.evaluate(step)

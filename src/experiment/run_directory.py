@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from src.configuration.assignment import RESUME_SAFE_KEYS, ExperimentConfig
+from src.configuration.assignment import RESUME_SAFE_KEYS
 from src.configuration.errors import ConfigError
 from src.experiment.files import atomic_write_json, atomic_write_text, remove_stale_temporaries
 
@@ -54,7 +54,7 @@ class RunDirectory:
         self.callback_state = path / "callback_state"
 
     @classmethod
-    def resolve(cls, pattern: str, config: ExperimentConfig, fresh: bool = False) -> RunDirectory:
+    def resolve(cls, pattern: str, config: BaseModel, fresh: bool = False) -> RunDirectory:
         """A concrete folder for `pattern`.
 
         With `{TIMESTAMP}` in the pattern, the newest unfinished run of the same config
@@ -88,7 +88,7 @@ class RunDirectory:
         path = self.path / CONFIG_FILE
         return yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
-    def start(self, config: ExperimentConfig, config_path: Path) -> RunState:
+    def start(self, config: BaseModel, config_path: Path) -> RunState:
         """Create the folder, or check that a resumed run still has the same config."""
         self.path.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(self.path)

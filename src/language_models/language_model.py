@@ -86,6 +86,14 @@ class LanguageModel(ABC):
         ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
         return tuple(sorted(ids))
 
+    def drain_metrics(self) -> dict[str, float]:
+        """What the model measured since the last call (engine syncs, restarts), to log."""
+        return {}
+
+    def close(self) -> None:
+        """Release processes or devices the model holds (none by default)."""
+        return None
+
 
 @dataclass
 class ScoredTokens:
@@ -106,6 +114,16 @@ class TrainableLanguageModel(LanguageModel):
         With gradients when the model is in train mode; `with_adapter=False` gives the
         reference policy (the base model) without a second copy of the weights.
         """
+
+    @torch.no_grad()
+    def sequence_logprobs(self, sequences: Sequence[Sequence[int]],
+                          temperature: float = 1.0) -> list[list[float]]:
+        """Log-prob of each token given the ones before it (the first token gets 0.0)."""
+        batch = TokenBatch.from_sequences(
+            sequences, [[0] + [1] * (len(s) - 1) for s in sequences],
+            pad_id=getattr(self, "pad_id", 0))
+        scored = self.score(batch, temperature=temperature).logprobs
+        return [scored[row, : len(s)].tolist() for row, s in enumerate(sequences)]
 
     @abstractmethod
     def trainable_parameters(self) -> list[torch.nn.Parameter]: ...

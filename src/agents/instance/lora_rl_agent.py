@@ -26,6 +26,36 @@ class TemplateError(ValueError):
     """The chat template is not append-only, so turns cannot be added as token suffixes."""
 
 
+def render_chat(language_model: LanguageModel, system_prompt: str | None,
+                chat: Sequence[tuple[str, str]], generation_prompt: bool) -> str:
+    """The chat template's text for (role, content) pairs with roles "user" / "agent",
+    mapped by the model's `role_dict`, after the system prompt if there is one."""
+    roles = getattr(language_model, "role_dict", {"user": "user", "agent": "assistant"})
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    messages += [{"role": roles[role], "content": content} for role, content in chat]
+    return language_model.tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=generation_prompt)
+
+
+def probe_template(language_model: LanguageModel, system_prompt: str | None) -> tuple[str, str]:
+    """(text that closes an agent turn, text that opens a user turn up to the next reply).
+
+    Checks the prefix property: the rendering up to an agent turn must be a prefix
+    of the rendering with one more user turn and the generation prompt.
+    """
+    through_agent = render_chat(language_model, system_prompt,
+                                [("user", _PROBE_USER), ("agent", _PROBE_AGENT)], False)
+    next_turn = render_chat(language_model, system_prompt,
+                            [("user", _PROBE_USER), ("agent", _PROBE_AGENT),
+                             ("user", _PROBE_USER)], True)
+    if not next_turn.startswith(through_agent):
+        raise TemplateError("the chat template re-renders earlier turns (prefix property "
+                            "fails), so multi-turn token trajectories cannot be appended")
+    closing = through_agent[through_agent.rindex(_PROBE_AGENT) + len(_PROBE_AGENT):]
+    opening = next_turn[len(through_agent):]
+    return closing, opening
+
+
 class LoRARLAgent(Agent):
     def __init__(
         self,
@@ -40,33 +70,11 @@ class LoRARLAgent(Agent):
         self.sampling = SamplingParams(temperature=temperature, top_p=top_p,
                                        max_new_tokens=max_new_tokens)
         self._consumed: dict[int, int] = {}  # id(episode) -> chat messages already in its ids
-        self._turn_closing, self._turn_opening = self._probe_template()
+        self._turn_closing, self._turn_opening = probe_template(language_model, system_prompt)
 
     # ---- templating ----------------------------------------------------------------
-    def _messages(self, chat: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
-        roles = getattr(self.language_model, "role_dict", {"user": "user", "agent": "assistant"})
-        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return messages + [{"role": roles[role], "content": content} for role, content in chat]
-
     def _render(self, chat: Sequence[tuple[str, str]], generation_prompt: bool) -> str:
-        return self.language_model.tokenizer.apply_chat_template(
-            self._messages(chat), tokenize=False, add_generation_prompt=generation_prompt)
-
-    def _probe_template(self) -> tuple[str, str]:
-        """(text that closes an agent turn, text that opens a user turn up to the next reply).
-
-        Checks the prefix property: the rendering up to an agent turn must be a prefix
-        of the rendering with one more user turn and the generation prompt.
-        """
-        through_agent = self._render([("user", _PROBE_USER), ("agent", _PROBE_AGENT)], False)
-        next_turn = self._render([("user", _PROBE_USER), ("agent", _PROBE_AGENT),
-                                  ("user", _PROBE_USER)], True)
-        if not next_turn.startswith(through_agent):
-            raise TemplateError("the chat template re-renders earlier turns (prefix property "
-                                "fails), so multi-turn token trajectories cannot be appended")
-        closing = through_agent[through_agent.rindex(_PROBE_AGENT) + len(_PROBE_AGENT):]
-        opening = next_turn[len(through_agent):]
-        return closing, opening
+        return render_chat(self.language_model, self.system_prompt, chat, generation_prompt)
 
     def _encode(self, text: str) -> list[int]:
         return self.language_model.tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -24,6 +24,8 @@ from src.experiment.files import atomic_directory, atomic_write_json
 from src.language_models.language_model import TokenBatch, TrainableLanguageModel
 from src.records.episode import Episode, EpisodeStatus, Outcome
 from src.training.kl_control import KLController
+from src.training.micro_batches import split_by_token_budget
+from src.training.optimisation import clipped_optimizer_step, learning_rate_factor
 from src.training.policy_gradient import (
     AdvantageEstimator,
     KLEstimator,
@@ -36,6 +38,7 @@ from src.training.policy_gradient import (
     whiten,
     zero_spread_groups,
 )
+from src.training.rng_state import load_rng_state, save_rng_state
 
 
 class RLTrainingCallback(Callback):
@@ -79,6 +82,7 @@ class RLTrainingCallback(Callback):
         micro_batch_max_tokens: int | None = 512,
         max_grad_norm: float | None = 1.0,
         best_metric: str | None = "reward",
+        max_policy_staleness: int | None = 0,
         seed: int = 0,
     ) -> None:
         self.model = language_model
@@ -115,6 +119,7 @@ class RLTrainingCallback(Callback):
         self.micro_batch_max_tokens = micro_batch_max_tokens
         self.max_grad_norm = max_grad_norm
         self.best_metric = best_metric
+        self.max_policy_staleness = max_policy_staleness
         self.seed = seed
 
         self.step = 0  # optimiser steps taken
@@ -131,16 +136,8 @@ class RLTrainingCallback(Callback):
     def on_run_start(self, total_batches: int) -> None:
         total_steps = max(1, total_batches * self.ppo_epochs)  # refined per batch below
         warmup = int(self.warmup_ratio * total_steps)
-
-        def factor(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / (warmup + 1)
-            if self.lr_schedule == "constant":
-                return 1.0
-            progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
-            return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, learning_rate_factor(warmup, total_steps, self.lr_schedule))
 
     # ---- returns -------------------------------------------------------------------
     def episode_return(self, episode: Episode) -> float:
@@ -157,8 +154,17 @@ class RLTrainingCallback(Callback):
     # ---- the update ----------------------------------------------------------------
     def on_batch_end(self, batch: BatchContext) -> dict[str, float]:
         episodes = [e for e in batch.episodes if e.trajectory and e.trajectory.completion_token_count]
+        # Staleness: how many updates the trainer is ahead of the policy that sampled.
+        staleness = [self.model.policy_version - (e.trajectory.policy_version or 0)
+                     for e in episodes]
+        staleness_metrics = {"policy_staleness/max": float(max(staleness, default=0))}
+        if self.max_policy_staleness is not None:
+            fresh = [e for e, s in zip(episodes, staleness, strict=True)
+                     if s <= self.max_policy_staleness]
+            staleness_metrics["policy_staleness/dropped"] = float(len(episodes) - len(fresh))
+            episodes = fresh
         if not episodes:
-            return {"skipped_batches": 1.0}
+            return {"skipped_batches": 1.0, **staleness_metrics}
         trajectories = [episode.trajectory for episode in episodes]
         tokens = self._token_batch(episodes)
         old_logprobs = tokens.extras["old_logprobs"]
@@ -167,7 +173,7 @@ class RLTrainingCallback(Callback):
         group_index = {key: i for i, key in enumerate(sorted(group_keys))}
         group_ids = torch.tensor([group_index[(e.sample.sample_id, e.batch_index)]
                                   for e in episodes])
-        metrics: dict[str, float] = {}
+        metrics: dict[str, float] = dict(staleness_metrics)
 
         needs_reference = self.kl.beta > 0 or self.kl_in_reward
         ref_logprobs = None
@@ -251,21 +257,9 @@ class RLTrainingCallback(Callback):
         count = max(1, min(self.gradient_accumulation_steps, len(rows)))
         size = math.ceil(len(rows) / count)
         parts = [rows[start:start + size] for start in range(0, len(rows), size)]
-        if self.micro_batch_max_tokens is None:
-            return parts
         lengths = tokens.attention_mask.sum(-1).tolist()
-        micro_batches: list[list[int]] = []
-        for part in parts:
-            current: list[int] = []
-            width = 0  # the longest row of `current`
-            for row in part:
-                width = max(width, lengths[row])
-                if current and (len(current) + 1) * width > self.micro_batch_max_tokens:
-                    micro_batches.append(current)
-                    current, width = [], lengths[row]
-                current.append(row)
-            micro_batches.append(current)
-        return micro_batches
+        return [micro for part in parts
+                for micro in split_by_token_budget(part, lengths, self.micro_batch_max_tokens)]
 
     @staticmethod
     def _select(tokens: TokenBatch, rows: list[int]) -> TokenBatch:
@@ -349,18 +343,10 @@ class RLTrainingCallback(Callback):
         return metrics
 
     def _optimizer_step(self) -> float:
-        parameters = self.model.trainable_parameters()
-        if self.max_grad_norm is not None:
-            norm = torch.nn.utils.clip_grad_norm_(parameters, self.max_grad_norm)
-        else:
-            norm = torch.linalg.vector_norm(torch.stack([
-                p.grad.detach().norm() for p in parameters if p.grad is not None]))
-        self.optimizer.step()
-        if self.scheduler is not None:
-            self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        norm = clipped_optimizer_step(self.optimizer, self.scheduler,
+                                      self.model.trainable_parameters(), self.max_grad_norm)
         self.step += 1
-        return float(norm)
+        return norm
 
     # ---- state ---------------------------------------------------------------------
     def save_state(self, directory: Path) -> None:
@@ -368,8 +354,7 @@ class RLTrainingCallback(Callback):
         torch.save({"optimizer": self.optimizer.state_dict(),
                     "scheduler": self.scheduler.state_dict() if self.scheduler else None},
                    directory / "optimizer_state.pt")
-        torch.save({"torch": torch.get_rng_state(), "python": random.getstate(),
-                    "numpy": np.random.get_state()}, directory / "rng_state.pt")
+        save_rng_state(directory / "rng_state.pt")
         value = self._last_metrics.get(self.best_metric) if self.best_metric else None
         if value is not None and (self.best_value is None or value > self.best_value):
             self.best_value = value
@@ -393,10 +378,7 @@ class RLTrainingCallback(Callback):
         self.optimizer.load_state_dict(optimizer_state["optimizer"])
         if self.scheduler is not None and optimizer_state["scheduler"] is not None:
             self.scheduler.load_state_dict(optimizer_state["scheduler"])
-        rng = torch.load(directory / "rng_state.pt", weights_only=False)
-        torch.set_rng_state(rng["torch"])
-        random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
+        load_rng_state(directory / "rng_state.pt")
         step = json.loads((directory / "training_step.json").read_text())
         self.step = step["optimizer_step"]
         self.kl.beta = step["kl_coef"]

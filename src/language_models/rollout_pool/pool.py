@@ -1,0 +1,347 @@
+"""A pool of inference engines, one per Ray actor, behind the LanguageModel interface.
+
+The agent samples from the pool; the training callback trains `trainer` in process.
+Before sampling, the pool brings the engines to the trainer's policy version if they lag
+by more than `max_staleness` updates: the trainer saves its adapter (PEFT format), the
+files go to every engine through Ray's object store, and each engine serves them from
+its next request on. Every sampled token carries the version that produced it.
+
+Failures: an engine whose actor dies, or that does not answer within
+`request_timeout_s`, is replaced by a fresh actor with the current adapter and its
+requests are sent again with the same seed; after `max_restarts` replacements the pool
+raises instead of retrying forever.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from src.language_models.language_model import (
+    Generation,
+    LanguageModel,
+    SamplingParams,
+    TrainableLanguageModel,
+)
+from src.language_models.rollout_pool.engine_actor import EngineActor, EngineKind
+
+logger = logging.getLogger(__name__)
+
+# A fixed chat whose log-probs the engines must reproduce after each sync.
+PROBE_CHAT = [{"role": "user", "content": "What is 2 + 3? Put the answer in \\boxed{}."},
+              {"role": "assistant", "content": "2 + 3 = 5, so the answer is \\boxed{5}."}]
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+class EngineFailure(RuntimeError):
+    """An engine kept failing after the pool ran out of restarts."""
+
+
+class RolloutPool(LanguageModel):
+    def __init__(
+        self,
+        trainer: TrainableLanguageModel,
+        engine: EngineKind = "hf",
+        num_engines: int = 2,
+        tensor_parallel_size: int = 1,
+        gpus_per_engine: int = 0,
+        cpus_per_engine: int = 1,
+        engine_parameters: dict[str, Any] | None = None,
+        ray_address: str | None = None,
+        max_staleness: int = 0,
+        request_timeout_s: float = 600.0,
+        start_timeout_s: float = 600.0,
+        max_restarts: int = 3,
+        verify_sync: bool = True,
+    ) -> None:
+        if num_engines < 1:
+            raise ValueError(f"num_engines must be at least 1, got {num_engines}")
+        if tensor_parallel_size > 1 and engine != "vllm":
+            raise ValueError("tensor_parallel_size > 1 needs engine: vllm")
+        self.trainer = trainer
+        self.engine = engine
+        self.num_engines = num_engines
+        self.tensor_parallel_size = tensor_parallel_size
+        self.gpus_per_engine = gpus_per_engine
+        self.cpus_per_engine = cpus_per_engine
+        self.max_staleness = max_staleness
+        self.request_timeout_s = request_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self.max_restarts = max_restarts
+        self.verify_sync = verify_sync
+        self.role_dict = getattr(trainer, "role_dict", {"user": "user", "agent": "assistant"})
+        self._engine_parameters = self._parameters_for_engines(engine_parameters or {})
+        self._served_version: int | None = None
+        self._adapter_files: Any = None  # object ref of the served adapter's files
+        self._metrics: dict[str, float] = {}
+        self._restarts = 0
+        # sequence -> engine that produced it: a later turn goes where its prefix is cached
+        self._affinity: dict[tuple[int, ...], int] = {}
+        self._affinity_lengths: set[int] = set()
+        self._started_ray = self._connect(ray_address)
+        self._placement_groups: list[Any] = []
+        self._actors = [self._start_actor() for _ in range(num_engines)]
+        self._wait_until_started(list(range(num_engines)))
+
+    # ---- setup ---------------------------------------------------------------------
+    def _parameters_for_engines(self, extra: dict[str, Any]) -> dict[str, Any]:
+        missing = [name for name in ("model_name_or_path", "lora_settings")
+                   if not hasattr(self.trainer, name)]
+        if missing:
+            raise TypeError(f"the trainer {type(self.trainer).__name__} lacks {missing}: the "
+                            "pool builds its engines from the trainer's model and LoRA shape")
+        lora = self.trainer.lora_settings  # type: ignore[attr-defined]
+        common = {"model_name_or_path": self.trainer.model_name_or_path,  # type: ignore[attr-defined]
+                  "role_dict": self.role_dict}
+        if self.engine == "hf":
+            common.update(lora_config=lora,
+                          device="cuda" if self.gpus_per_engine else "cpu",
+                          max_context_tokens=self.trainer.max_context_tokens)
+        else:
+            common.update(max_lora_rank=lora.r, tensor_parallel_size=self.tensor_parallel_size)
+            if self.tensor_parallel_size > 1:
+                common["distributed_executor_backend"] = "ray"
+        engine_class = EngineActor.engine_class(self.engine)
+        accepted = set(inspect.signature(engine_class.__init__).parameters) - {"self"}
+        unknown = sorted(set(extra) - accepted)
+        if unknown:
+            raise ValueError(f"engine_parameters has keys {unknown} that "
+                             f"{engine_class.__name__} does not take "
+                             f"(it takes: {', '.join(sorted(accepted))})")
+        return {**common, **extra}
+
+    def _connect(self, address: str | None) -> bool:
+        import ray
+
+        if ray.is_initialized():
+            return False
+        # Actors import `src`: point them at this checkout (same path on every node).
+        runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
+            filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}}
+        if address is not None:
+            ray.init(address=address, runtime_env=runtime_env)
+            return True
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        trainer_gpus = self._trainer_gpus()
+        if trainer_gpus:  # the cluster started here must not hand the trainer's GPU out
+            ids = visible.split(",") if visible else [str(i) for i in range(
+                torch.cuda.device_count())]
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(
+                gpu for index, gpu in enumerate(ids) if index not in trainer_gpus)
+        try:
+            ray.init(num_cpus=max(os.cpu_count() or 1, self.num_engines * self.cpus_per_engine),
+                     runtime_env=runtime_env, include_dashboard=False, log_to_driver=True)
+        finally:  # this process keeps seeing what it saw
+            if visible is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = visible
+        return True
+
+    def _trainer_gpus(self) -> set[int]:
+        device = getattr(self.trainer, "device", None)
+        if not isinstance(device, torch.device) or device.type != "cuda":
+            return set()
+        return {device.index if device.index is not None else torch.cuda.current_device()}
+
+    def _start_actor(self) -> Any:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        options: dict[str, Any] = {"num_cpus": self.cpus_per_engine,
+                                   "num_gpus": self.gpus_per_engine, "max_restarts": 0}
+        if self.tensor_parallel_size > 1:
+            # vLLM's Ray executor places its k workers in the actor's placement group
+            group = placement_group([{"GPU": 1, "CPU": 1}] * self.tensor_parallel_size,
+                                    strategy="STRICT_PACK")
+            ray.get(group.ready(), timeout=self.start_timeout_s)
+            self._placement_groups.append(group)
+            options.update(num_cpus=0, num_gpus=0, scheduling_strategy=(
+                PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0,
+                                                 placement_group_capture_child_tasks=True)))
+        actor_class = ray.remote(EngineActor).options(**options)
+        return actor_class.remote(self.engine, self._engine_parameters, self.cpus_per_engine)
+
+    def _wait_until_started(self, engines: list[int]) -> None:
+        import ray
+
+        try:
+            ray.get([self._actors[e].pid.remote() for e in engines],
+                    timeout=self.start_timeout_s)
+            if self._adapter_files is not None:  # a replacement serves what the others serve
+                ray.get([self._actors[e].load_adapter.remote(self._adapter_files,
+                                                             self._served_version)
+                         for e in engines], timeout=self.request_timeout_s)
+        except ray.exceptions.GetTimeoutError as error:
+            raise EngineFailure(f"{self.engine} engines {engines} did not start within "
+                                f"start_timeout_s={self.start_timeout_s} s") from error
+        except ray.exceptions.RayActorError as error:
+            raise EngineFailure(f"a {self.engine} engine failed to start (parameters "
+                                f"{self._engine_parameters}): {error}") from error
+
+    def _replace_engine(self, engine: int, reason: str) -> None:
+        import ray
+
+        while True:  # a replacement that fails to start counts as one more failure
+            self._restarts += 1
+            self._metrics["rollout_pool/engine_restarts"] = float(self._restarts)
+            if self._restarts > self.max_restarts:
+                raise EngineFailure(f"engine {engine} failed ({reason}) after the pool used all "
+                                    f"max_restarts={self.max_restarts} restarts")
+            logger.warning("rollout engine %d failed (%s): starting a replacement", engine,
+                           reason)
+            ray.kill(self._actors[engine], no_restart=True)
+            self._actors[engine] = self._start_actor()
+            try:
+                self._wait_until_started([engine])
+                return
+            except EngineFailure as error:
+                reason = str(error)
+
+    # ---- LanguageModel -------------------------------------------------------------
+    @property
+    def tokenizer(self):
+        return self.trainer.tokenizer
+
+    @property
+    def max_context_tokens(self) -> int:
+        return self.trainer.max_context_tokens
+
+    @property
+    def policy_version(self) -> int:
+        return self._served_version if self._served_version is not None else 0
+
+    def end_of_turn_ids(self) -> tuple[int, ...]:
+        return self.trainer.end_of_turn_ids()
+
+    def engine_pids(self) -> list[int]:
+        import ray
+
+        return ray.get([actor.pid.remote() for actor in self._actors],
+                       timeout=self.request_timeout_s)
+
+    def generate(self, prompts: Sequence[Sequence[int]],
+                 params: SamplingParams) -> list[list[Generation]]:
+        if not prompts:
+            return []
+        self._sync_if_stale()
+        params = replace(params, stop_token_ids=tuple(sorted(
+            set(params.stop_token_ids) | set(self.end_of_turn_ids()))))
+        shares = self._assign(prompts)
+        # one seed per engine from the global RNG: a seeded run samples the same tokens
+        seeds = torch.randint(0, 2**31 - 1, (self.num_engines,)).tolist()
+        results = self._call_engines(
+            {engine: ("generate", ([list(prompts[i]) for i in indices], params, seeds[engine]))
+             for engine, indices in enumerate(shares) if indices})
+        generations: list[list[Generation]] = [[] for _ in prompts]
+        self._affinity.clear()
+        self._affinity_lengths.clear()
+        for engine, indices in enumerate(shares):
+            for index, samples in zip(indices, results.get(engine, []), strict=True):
+                generations[index] = samples
+                for sample in samples:
+                    sequence = (*prompts[index], *sample.token_ids)
+                    self._affinity[sequence] = engine
+                    self._affinity_lengths.add(len(sequence))
+        return generations
+
+    def _assign(self, prompts: Sequence[Sequence[int]]) -> list[list[int]]:
+        """Prompt indices per engine: a prompt that continues a sequence an engine produced
+        goes back to it (its prefix cache holds that sequence) while that engine has room;
+        the rest fill the least loaded engines. Loads stay within one prompt of even."""
+        capacity = math.ceil(len(prompts) / self.num_engines)
+        shares: list[list[int]] = [[] for _ in range(self.num_engines)]
+        unplaced: list[int] = []
+        for index, prompt in enumerate(prompts):
+            engine = next((self._affinity[key] for length in sorted(self._affinity_lengths,
+                                                                     reverse=True)
+                           if length <= len(prompt)
+                           and (key := tuple(prompt[:length])) in self._affinity), None)
+            if engine is not None and len(shares[engine]) < capacity:
+                shares[engine].append(index)
+            else:
+                unplaced.append(index)
+        for index in unplaced:
+            min(shares, key=len).append(index)
+        return shares
+
+    def _call_engines(self, calls: dict[int, tuple[str, tuple]]) -> dict[int, Any]:
+        """Run `method(*arguments)` on each engine; replace failed engines and call again."""
+        import ray
+
+        results: dict[int, Any] = {}
+        pending = dict(calls)
+        while pending:
+            refs = {engine: getattr(self._actors[engine], method).remote(*arguments)
+                    for engine, (method, arguments) in pending.items()}
+            deadline = time.monotonic() + self.request_timeout_s
+            failed: dict[int, str] = {}
+            for engine, ref in refs.items():
+                try:
+                    results[engine] = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
+                except ray.exceptions.GetTimeoutError:
+                    failed[engine] = f"no answer within request_timeout_s={self.request_timeout_s} s"
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as error:
+                    failed[engine] = f"actor died: {type(error).__name__}"
+            for engine, reason in failed.items():
+                self._replace_engine(engine, reason)
+            pending = {engine: pending[engine] for engine in failed}
+        return results
+
+    # ---- weight sync ---------------------------------------------------------------
+    def _sync_if_stale(self) -> None:
+        import ray
+
+        version = self.trainer.policy_version
+        if self._served_version is not None and version - self._served_version <= self.max_staleness:
+            return
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="agent-rl-adapter-") as folder:
+            self.trainer.save_adapter(Path(folder))
+            files = {path.name: path.read_bytes() for path in Path(folder).iterdir()
+                     if path.is_file()}
+        self._adapter_files = ray.put(files)
+        self._served_version = version
+        self._call_engines({engine: ("load_adapter", (self._adapter_files, version))
+                            for engine in range(self.num_engines)})
+        self._metrics["rollout_pool/sync_seconds"] = time.perf_counter() - started
+        self._metrics["rollout_pool/served_version"] = float(version)
+        if self.verify_sync:
+            self._metrics["rollout_pool/sync_logprob_max_diff"] = self.sync_logprob_difference()
+
+    def sync_logprob_difference(self) -> float:
+        """Max |engine - trainer| log-prob over the probe chat's tokens, over all engines."""
+        text = self.tokenizer.apply_chat_template(PROBE_CHAT, tokenize=False)
+        probe = self.tokenizer.encode(text, add_special_tokens=False)
+        expected = torch.tensor(self.trainer.sequence_logprobs([probe])[0])
+        served = self._call_engines({engine: ("sequence_logprobs", ([probe], 1.0))
+                                     for engine in range(self.num_engines)})
+        return max(float((torch.tensor(result[0]) - expected).abs().max())
+                   for result in served.values())
+
+    def drain_metrics(self) -> dict[str, float]:
+        metrics, self._metrics = self._metrics, {}
+        return metrics
+
+    def close(self) -> None:
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        for actor in self._actors:
+            ray.kill(actor, no_restart=True)
+        for group in self._placement_groups:
+            remove_placement_group(group)
+        self._actors, self._placement_groups = [], []
+        if self._started_ray:
+            ray.shutdown()

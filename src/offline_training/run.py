@@ -1,0 +1,120 @@
+"""Run an `offline_training_config` file (src/run_experiment.py dispatches here)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from src.configuration.errors import ConfigError
+from src.configuration.yaml_source import YamlSource
+from src.experiment.assembly import instantiate
+from src.experiment.loop import evaluate_on_validation
+from src.experiment.run_directory import RunDirectory, RunState
+from src.language_models.language_model import TrainableLanguageModel
+from src.offline_training.config import (
+    GroupsConfig,
+    OfflineTrainingPlan,
+    load_offline_config,
+    plan_offline_training,
+)
+from src.offline_training.groups import (
+    GroupFileError,
+    ScoredGroup,
+    read_runs_jsonl,
+    read_scored_rows,
+    resolve_latest,
+    snapshot_groups,
+)
+from src.offline_training.trainer import OfflineGroupTrainer
+from src.tasks.task import Task
+
+
+def read_configured_groups(groups: GroupsConfig) -> tuple[list[ScoredGroup], str]:
+    """The configured source's groups, unfiltered, and the file they came from."""
+    if groups.runs_jsonl is not None:
+        path = resolve_latest(groups.runs_jsonl.path)
+        return read_runs_jsonl(path), str(path)
+    source = groups.scored_rows
+    assert source is not None  # the config demands exactly one source
+    path = Path(source.path)
+    return read_scored_rows(path, source.prompt_key, source.candidates_key, source.scores_key,
+                            source.id_key), str(path)
+
+
+def run_offline_training(config_path: Path, output_dir: str | None = None,
+                         dry_run: bool = False, new_run: bool = False,
+                         show_progress: bool = True) -> int:
+    """Validate, then train (or resume); the exit status of the command."""
+    try:
+        source = YamlSource(config_path)
+        config = load_offline_config(source)
+        if output_dir is not None:
+            offline = config.offline_training_config.model_copy(update={"output_dir": output_dir})
+            config = config.model_copy(update={"offline_training_config": offline})
+        plan = plan_offline_training(config, source)
+        if dry_run:
+            print(plan.describe())
+            print("dry run: the offline training config is valid")
+            return 0
+        run = RunDirectory.resolve(config.offline_training_config.output_dir, config,
+                                   fresh=new_run)
+        state = run.start(config, config_path)
+    except ConfigError as error:
+        print(f"config error: {error}", file=sys.stderr)
+        return 2
+    if state.finished:
+        print(f"{run.path} is already finished; summary in {run.path / 'summary.json'}")
+        return 0
+    print(f"output_dir: {run.path}" + (f" (resuming after epoch {state.completed_batches})"
+                                       if state.completed_batches else ""))
+    offline = config.offline_training_config
+    try:
+        groups = snapshot_groups(run.path, lambda: read_configured_groups(offline.groups),
+                                 offline.groups.min_score_spread)
+    except GroupFileError as error:
+        print(f"data error: {error}", file=sys.stderr)
+        return 2
+    summary = train(plan, groups, run, state, show_progress)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def train(plan: OfflineTrainingPlan, groups: list[ScoredGroup], run: RunDirectory,
+          state: RunState, show_progress: bool) -> dict:
+    """Build the language model (and the evaluation task and agent), then train."""
+    offline = plan.config.offline_training_config
+    # LoRA A matrices are drawn at construction: seed so that two runs start alike.
+    torch.manual_seed(offline.random_seed)
+    language_model = instantiate(plan.language_model, {})
+    evaluate, tasks = _validation(plan, language_model, run.path)
+    trainer = OfflineGroupTrainer(offline, language_model, groups, run.path, evaluate,
+                                  show_progress)
+    try:
+        return trainer.train(run, state)
+    finally:
+        for task in tasks:
+            task.close()
+
+
+def _validation(plan: OfflineTrainingPlan, language_model: TrainableLanguageModel,
+                output_dir: Path) -> tuple[Callable[[int], dict[str, float]] | None, list[Task]]:
+    """The evaluation hook (validation accuracy etc. at an epoch) and the tasks it uses."""
+    offline = plan.config.offline_training_config
+    evaluation = offline.evaluation
+    if evaluation is None or plan.task is None or plan.agent is None:
+        return None, []
+    models = {offline.language_model.name: language_model}
+    agent = instantiate(plan.agent, models)
+    chunk = min(evaluation.batch_size, evaluation.max_samples or evaluation.batch_size)
+    tasks: list[Task] = [instantiate(plan.task, models) for _ in range(chunk)]
+
+    def evaluate(step: int) -> dict[str, float]:
+        return evaluate_on_validation(lambda count: tasks[:count], agent, evaluation.max_samples,
+                                      evaluation.temperature, chunk, offline.random_seed, step,
+                                      output_dir)
+
+    return evaluate, tasks

@@ -12,9 +12,6 @@ HuggingfaceLoRALanguageModel (LoRA r=16 all-linear). Then, on --device:
 3. one GRPO step through RLTrainingCallback.on_batch_end on episodes built from those
    samples (random 0/1 rewards with spread in every group; KL k3 to the base model on):
    step time, peak allocated memory, loss, and whether the adapter moved.
-If the project's callback raises, the traceback goes into the JSON and the step is run
-again through a subclass that moves the batch tensors to the model's device (a
-bench-only workaround, reported as such).
 
 Shapes: smollm2-135m (the embedded model's config, read from --assets), 7b (a
 Qwen2.5-7B-shaped config written here: random weights, 7B-shaped), tiny (the 135M config
@@ -180,21 +177,6 @@ def adapter_snapshot(model: HuggingfaceLoRALanguageModel) -> dict[str, torch.Ten
             if p.requires_grad}
 
 
-class OnDeviceRLTrainingCallback(RLTrainingCallback):
-    """Bench-only workaround: the batch tensors (ids, masks, sampler log-probs,
-    advantages) on the model's device, as the loss needs them next to score()'s output."""
-
-    def _token_batch(self, episodes):
-        tokens = super()._token_batch(episodes)
-        device = self.model.device
-        return TokenBatch(tokens.input_ids.to(device), tokens.attention_mask.to(device),
-                          tokens.loss_mask.to(device),
-                          {key: value.to(device) for key, value in tokens.extras.items()})
-
-    def _advantages(self, returns, group_ids):
-        return super()._advantages(returns, group_ids).to(self.model.device)
-
-
 def grpo_step(callback_type: type[RLTrainingCallback], model: HuggingfaceLoRALanguageModel,
               episodes: list[Episode], samples: int, arguments: argparse.Namespace) -> dict:
     callback = callback_type(model, algorithm="grpo", learning_rate=arguments.learning_rate,
@@ -203,6 +185,7 @@ def grpo_step(callback_type: type[RLTrainingCallback], model: HuggingfaceLoRALan
     callback.on_run_start(1)
     before = adapter_snapshot(model)
     reset_peak(model.device)
+    allocated_before = memory(model.device).get("allocated_gib")
     synchronize(model.device)
     start = time.perf_counter()
     metrics = callback.on_batch_end(BatchContext(0, episodes, samples))
@@ -212,7 +195,7 @@ def grpo_step(callback_type: type[RLTrainingCallback], model: HuggingfaceLoRALan
     delta_b = max((after[k] - before[k]).abs().max().item() for k in after if "lora_B" in k)
     delta_a = max((after[k] - before[k]).abs().max().item() for k in after if "lora_A" in k)
     del callback
-    return {"seconds": seconds, **memory(model.device),
+    return {"seconds": seconds, "allocated_before_gib": allocated_before, **memory(model.device),
             "loss": metrics.get("loss"), "loss_finite": bool(torch.isfinite(torch.tensor(
                 metrics.get("loss", float("nan"))))),
             "grad_norm": metrics.get("grad_norm"), "kl": metrics.get("kl"),
@@ -241,7 +224,7 @@ def profile_decode(model: HuggingfaceLoRALanguageModel, prompts: list[list[int]]
     length = max(len(p) for p in prompts)
     ids = torch.randint(3, base.config.vocab_size, (rows, length), device=model.device)
     with torch.no_grad(), model.model.disable_adapter():
-        for timed in (False, True):
+        for _ in range(2):  # the second pass is timed
             synchronize(model.device)
             start = time.perf_counter()
             output = base(input_ids=ids, use_cache=True, logits_to_keep=1)
@@ -262,7 +245,10 @@ def profile_decode(model: HuggingfaceLoRALanguageModel, prompts: list[list[int]]
     if model.device.type == "cuda":
         tables["by_self_device"] = averages.table(sort_by="self_device_time_total",
                                                   row_limit=25)
-        device_total = sum(e.self_device_time_total for e in averages) / 1e6
+        # kernels only: an operator's row repeats the time of the kernels it launched
+        device_total = sum(e.self_device_time_total for e in averages
+                           if e.device_type == torch.autograd.DeviceType.CUDA
+                           and not e.is_user_annotation) / 1e6
     if arguments.profile_out:
         Path(arguments.profile_out).parent.mkdir(parents=True, exist_ok=True)
         Path(arguments.profile_out).write_text("\n\n".join(
@@ -460,28 +446,10 @@ def main() -> None:
         "gradient_checkpointing": arguments.gradient_checkpointing,
         "learning_rate": arguments.learning_rate, "kl_coef": arguments.kl_coef,
         "loss": "ppo_clip (dual clip 3), token-mean, KL k3 to the base model"}
-    try:
-        result["grpo_step"] = grpo_step(RLTrainingCallback, model, episodes(),
-                                        arguments.samples, arguments)
-        print("GRPO step (project callback):", json.dumps(
-            {k: v for k, v in result["grpo_step"].items() if k != "metrics"}), flush=True)
-    except Exception:  # noqa: BLE001
-        result["errors"]["grpo_step"] = traceback.format_exc()
-        print("GRPO step through RLTrainingCallback FAILED:\n" + result["errors"]["grpo_step"],
-              flush=True)
-        model.eval_mode()
-        for parameter in model.trainable_parameters():
-            parameter.grad = None
-        try:
-            result["grpo_step_workaround"] = grpo_step(OnDeviceRLTrainingCallback, model,
-                                                       episodes(), arguments.samples,
-                                                       arguments)
-            print("GRPO step (bench workaround: batch tensors on the model's device):",
-                  json.dumps({k: v for k, v in result["grpo_step_workaround"].items()
-                              if k != "metrics"}), flush=True)
-        except Exception:  # noqa: BLE001
-            result["errors"]["grpo_step_workaround"] = traceback.format_exc()
-            print(result["errors"]["grpo_step_workaround"], flush=True)
+    result["grpo_step"] = grpo_step(RLTrainingCallback, model, episodes(), arguments.samples,
+                                    arguments)
+    print("GRPO step (project callback):", json.dumps(
+        {k: v for k, v in result["grpo_step"].items() if k != "metrics"}), flush=True)
     write()
     print("errors:", list(result["errors"]) or "none", flush=True)
 

@@ -297,12 +297,14 @@ class RLTrainingCallback(Callback):
                 for micro in self._micro_batches(mini, tokens):
                     part = self._select(tokens, micro)
                     width = part.input_ids.shape[1]
-                    mask = part.loss_mask
                     scored = self.model.score(part, temperature=self.temperature,
                                               with_entropy=True)
                     assert scored.entropy is not None
-                    old = old_logprobs[micro, :width]
-                    adv = advantage[micro][:, None]
+                    # the batch is built on the CPU; the model may score on a GPU
+                    device = scored.logprobs.device
+                    mask = part.loss_mask.to(device)
+                    old = old_logprobs[micro, :width].to(device)
+                    adv = advantage[micro][:, None].to(device)
                     if self.policy_loss == "reinforce":
                         per_token = reinforce_loss(scored.logprobs, adv)
                     else:
@@ -320,7 +322,7 @@ class RLTrainingCallback(Callback):
                     if self.entropy_coeff:
                         loss = loss - self.entropy_coeff * reduce(scored.entropy)
                     if ref_logprobs is not None:
-                        kl = kl_penalty(scored.logprobs, ref_logprobs[micro, :width],
+                        kl = kl_penalty(scored.logprobs, ref_logprobs[micro, :width].to(device),
                                         self.kl_estimator)
                         if self.kl.beta > 0 and not self.kl_in_reward:
                             loss = loss + self.kl.beta * reduce(kl)

@@ -28,8 +28,10 @@ class Callback:
 
     callback_id: str = ""
 
-    def on_run_start(self, total_batches: int) -> None:  # noqa: B027
-        """The run (or its resumption) starts; `total_batches` is the schedule's length."""
+    def on_run_start(self, total_batches: int,  # noqa: B027
+                     episodes_per_batch: int | None = None) -> None:
+        """The run (or its resumption) starts; `total_batches` is the schedule's length and
+        `episodes_per_batch` the episodes of a full batch (samples x group size)."""
 
     def on_session_created(self, episode: Episode) -> None:  # noqa: B027
         """An episode was created for a sample (before the task's reset)."""

@@ -150,7 +150,8 @@ class ExperimentLoop:
         schedule = Schedule.build(task.sample_ids("train"), assignment)
         total = len(schedule.batches)
         for callback_id, callback in callbacks.items():
-            callback.on_run_start(total)
+            callback.on_run_start(total, assignment.rollout.batch_size
+                                 * assignment.rollout.group_size)
             self.run.prune_checkpoints(callback_id, CHECKPOINTS_KEPT, state.completed_batches)
             if state.completed_batches > 0:
                 callback.restore_state(self.run.checkpoint_dir(callback_id,

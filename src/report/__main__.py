@@ -23,6 +23,8 @@ CURVES = [
     ("length", ["completions/mean_length", "eval/completions/mean_length"],
      "completion tokens per episode"),
     ("zero_std", ["frac_reward_zero_std"], "share of groups with no reward spread"),
+    ("margin", ["logp_margin/best_minus_worst"],
+     "best - worst candidate, mean token log-prob"),
 ]
 
 
@@ -38,6 +40,9 @@ def plot(output_dir: Path) -> list[Path]:
     folder = output_dir / "report"
     folder.mkdir(exist_ok=True)
     written = []
+    # offline group training logs one row per epoch; online runs one per batch
+    offline = any("logp_margin/best_minus_worst" in row for row in rows)
+    step_label = "epoch (0 = before training)" if offline else "training step (batches)"
     for name, keys, label in CURVES:
         series = {key: [(row["step"], row[key]) for row in rows if key in row] for key in keys}
         series = {key: points for key, points in series.items() if points}
@@ -47,7 +52,7 @@ def plot(output_dir: Path) -> list[Path]:
         for key, points in series.items():
             steps, values = zip(*points, strict=True)
             axes.plot(steps, values, marker="o", markersize=3, label=key)
-        axes.set_xlabel("training step (batches)")
+        axes.set_xlabel(step_label)
         axes.set_ylabel(label)
         axes.set_title(f"{name}: {output_dir.name}")
         axes.grid(alpha=0.3)

@@ -112,3 +112,30 @@ def test_best_checkpoint_follows_the_metric(tiny_model_path: Path, tmp_path: Pat
     saved = (state / "best" / "lora_weights" / "adapter_model.safetensors").read_bytes()
     assert saved == (state / "checkpoint-000002" / "lora_weights" /
                      "adapter_model.safetensors").read_bytes()
+
+
+def test_cosine_schedule_counts_mini_batches_and_epochs(tiny_model_path: Path) -> None:
+    model = make_model(tiny_model_path)
+    callback = RLTrainingCallback(model, learning_rate=1e-3, lr_schedule="cosine",
+                                  warmup_ratio=0.0, ppo_epochs=2, mini_batch_size=2)
+    callback.on_run_start(3, episodes_per_batch=4)  # 3 batches x 2 epochs x 2 mini-batches
+    learning_rates = []
+    for batch in range(3):
+        callback.on_batch_end(BatchContext(batch, sampled_episodes(model, [[0.0, 1.0, 0.5, 1.0]]),
+                                           4))
+        learning_rates.append(callback.optimizer.param_groups[0]["lr"])
+    assert callback.step == 12
+    assert learning_rates[1] > 0  # half-way through, not already at the end
+    assert learning_rates[2] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_samples_older_than_the_staleness_bound_are_dropped(tiny_model_path: Path) -> None:
+    model = make_model(tiny_model_path)
+    callback = RLTrainingCallback(model, learning_rate=1e-3, max_policy_staleness=0)
+    callback.on_run_start(2)
+    episodes = sampled_episodes(model, [[0.0, 1.0], [1.0, 0.0]])  # sampled at version 0
+    model.mark_updated()  # the trainer moved on before this batch's update
+    metrics = callback.on_batch_end(BatchContext(0, episodes, 2))
+    assert metrics["policy_staleness/max"] == 1.0
+    assert metrics["policy_staleness/dropped"] == 4.0
+    assert metrics["skipped_batches"] == 1.0

@@ -27,7 +27,10 @@ assignment_config:
   rollout: {{batch_size: 2, group_size: 2, max_batches: 4}}
   task:
     name: math_problems
-    parameters: {{num_train: 16, num_validation: 2}}
+    # credit for a boxed number and the length reward spread groups even when every sum
+    # is wrong, so that the update has something to learn from
+    parameters: {{num_train: 16, num_validation: 2, worked_example: true,
+                  reward_weights: {{accuracy: 0.9, boxed_number: 0.1, length: 0.5}}}}
   language_model_list:
     - name: policy
       module: src.language_models.instance.huggingface_lora_language_model.HuggingfaceLoRALanguageModel
@@ -35,7 +38,7 @@ assignment_config:
         lora_config: {{r: 4, lora_alpha: 8, target_modules: [q_proj, v_proj], lora_dropout: 0.1}}
   agent:
     name: lora_rl_agent
-    parameters: {{language_model: policy, max_new_tokens: 8}}
+    parameters: {{language_model: policy, max_new_tokens: 24}}
   callback_dict:
     rl:
       name: rl_training

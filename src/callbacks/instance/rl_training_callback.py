@@ -133,8 +133,13 @@ class RLTrainingCallback(Callback):
         self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
 
     # ---- schedule ------------------------------------------------------------------
-    def on_run_start(self, total_batches: int) -> None:
-        total_steps = max(1, total_batches * self.ppo_epochs)  # refined per batch below
+    def on_run_start(self, total_batches: int, episodes_per_batch: int | None = None) -> None:
+        # optimiser steps per batch: one per mini-batch per epoch (a batch with fewer
+        # episodes takes fewer, and the schedule then stops short of its end)
+        mini_batches = 1
+        if self.mini_batch_size and episodes_per_batch:
+            mini_batches = math.ceil(episodes_per_batch / self.mini_batch_size)
+        total_steps = max(1, total_batches * self.ppo_epochs * mini_batches)
         warmup = int(self.warmup_ratio * total_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, learning_rate_factor(warmup, total_steps, self.lr_schedule))

@@ -65,11 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"config error: {error}", file=sys.stderr)
         return 2
-    if state.finished:
-        print(f"{run.path} is already finished; summary in {run.path / 'summary.json'}")
+    if not run.announce(state, "batch"):
         return 0
-    print(f"output_dir: {run.path}" + (f" (resuming after batch {state.completed_batches})"
-                                       if state.completed_batches else ""))
     components = build_components(plan)
     loop = ExperimentLoop(config.assignment_config, components, run,
                           show_progress=not arguments.no_progress)

@@ -123,5 +123,15 @@ class RunDirectory:
         for checkpoint in kept[:-keep] if keep > 0 else []:
             shutil.rmtree(checkpoint)
 
+    def announce(self, state: RunState, unit: str) -> bool:
+        """Print where the run stands (`unit`: what `completed_batches` counts); False when
+        it has already finished and there is nothing to do."""
+        if state.finished:
+            print(f"{self.path} is already finished; summary in {self.path / 'summary.json'}")
+            return False
+        print(f"output_dir: {self.path}" + (f" (resuming after {unit} {state.completed_batches})"
+                                           if state.completed_batches else ""))
+        return True
+
     def write_summary(self, summary: dict[str, Any]) -> None:
         atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")

@@ -66,11 +66,8 @@ def run_offline_training(config_path: Path, output_dir: str | None = None,
     except ConfigError as error:
         print(f"config error: {error}", file=sys.stderr)
         return 2
-    if state.finished:
-        print(f"{run.path} is already finished; summary in {run.path / 'summary.json'}")
+    if not run.announce(state, "epoch"):
         return 0
-    print(f"output_dir: {run.path}" + (f" (resuming after epoch {state.completed_batches})"
-                                       if state.completed_batches else ""))
     offline = config.offline_training_config
     try:
         groups = snapshot_groups(run.path, lambda: read_configured_groups(offline.groups),

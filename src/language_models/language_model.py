@@ -94,6 +94,12 @@ class LanguageModel(ABC):
         """Release processes or devices the model holds (none by default)."""
         return None
 
+    def __enter__(self) -> LanguageModel:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
 
 @dataclass
 class ScoredTokens:

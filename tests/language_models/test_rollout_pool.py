@@ -51,8 +51,7 @@ def _prompts(trainer: HuggingfaceLoRALanguageModel, count: int) -> list[list[int
 
 
 def test_pool_samples_with_the_trainers_adapter_and_version(ray_cluster, trainer):
-    pool = RolloutPool(trainer, engine="hf", num_engines=2)
-    try:
+    with RolloutPool(trainer, engine="hf", num_engines=2) as pool:
         prompts = _prompts(trainer, 5)
         params = SamplingParams(n=2, max_new_tokens=6)
         first = pool.generate(prompts, params)
@@ -72,13 +71,11 @@ def test_pool_samples_with_the_trainers_adapter_and_version(ray_cluster, trainer
             expected = trainer.sequence_logprobs([sequence])[0][len(prompt):]
             assert max(abs(a - b) for a, b in zip(expected, samples[0].logprobs,
                                                   strict=True)) < 1e-4
-    finally:
-        pool.close()
 
 
 def test_staleness_bound_delays_sync(ray_cluster, trainer):
-    pool = RolloutPool(trainer, engine="hf", num_engines=1, max_staleness=1, verify_sync=False)
-    try:
+    with RolloutPool(trainer, engine="hf", num_engines=1, max_staleness=1,
+                     verify_sync=False) as pool:
         prompt = _prompts(trainer, 1)
         params = SamplingParams(max_new_tokens=2)
         assert pool.generate(prompt, params)[0][0].policy_version == 0
@@ -86,13 +83,10 @@ def test_staleness_bound_delays_sync(ray_cluster, trainer):
         assert pool.generate(prompt, params)[0][0].policy_version == 0
         _update(trainer)  # two behind: synced
         assert pool.generate(prompt, params)[0][0].policy_version == 2
-    finally:
-        pool.close()
 
 
 def test_killed_actor_mid_batch_is_replaced_and_nothing_is_lost(ray_cluster, trainer):
-    pool = RolloutPool(trainer, engine="hf", num_engines=2, verify_sync=False)
-    try:
+    with RolloutPool(trainer, engine="hf", num_engines=2, verify_sync=False) as pool:
         prompts = _prompts(trainer, 8)
         params = SamplingParams(n=2, max_new_tokens=200)
         torch.manual_seed(7)
@@ -111,23 +105,17 @@ def test_killed_actor_mid_batch_is_replaced_and_nothing_is_lost(ray_cluster, tra
         # the replacement got the adapter and the same seed: the same samples come back
         assert [[g.token_ids for g in s] for s in again] == \
             [[g.token_ids for g in s] for s in expected]
-    finally:
-        pool.close()
 
 
 def test_hung_engine_times_out_with_a_clear_error(ray_cluster, trainer):
-    pool = RolloutPool(trainer, engine="hf", num_engines=1, verify_sync=False,
-                       request_timeout_s=0.2, max_restarts=0)
-    try:
-        with pytest.raises(EngineFailure, match="request_timeout_s=0.2"):
-            pool.generate(_prompts(trainer, 4), SamplingParams(n=4, max_new_tokens=400))
-    finally:
-        pool.close()
+    with (RolloutPool(trainer, engine="hf", num_engines=1, verify_sync=False,
+                      request_timeout_s=0.2, max_restarts=0) as pool,
+          pytest.raises(EngineFailure, match="request_timeout_s=0.2")):
+        pool.generate(_prompts(trainer, 4), SamplingParams(n=4, max_new_tokens=400))
 
 
 def test_a_later_turn_goes_back_to_the_engine_that_holds_its_prefix(ray_cluster, trainer):
-    pool = RolloutPool(trainer, engine="hf", num_engines=2, verify_sync=False)
-    try:
+    with RolloutPool(trainer, engine="hf", num_engines=2, verify_sync=False) as pool:
         prompts = _prompts(trainer, 4)
         first = pool.generate(prompts, SamplingParams(max_new_tokens=4))
         owners = {i: pool._affinity[(*prompts[i], *first[i][0].token_ids)] for i in range(4)}
@@ -135,5 +123,3 @@ def test_a_later_turn_goes_back_to_the_engine_that_holds_its_prefix(ray_cluster,
         shares = pool._assign(follow_ups)
         for engine, indices in enumerate(shares):
             assert all(owners[3 - index] == engine for index in indices)
-    finally:
-        pool.close()

@@ -83,3 +83,19 @@ class JsonlLog:
     def read(self) -> list[dict[str, Any]]:
         with self.path.open(encoding="utf-8") as stream:
             return [json.loads(line) for line in stream if line.strip()]
+
+
+def read_numbered_json_lines(path: Path) -> list[tuple[int, Any]]:
+    """(line number from 1, parsed row) for each non-blank line of a jsonl file; a line that
+    is not JSON raises ValueError naming the file, the line and the column."""
+    rows = []
+    with path.open(encoding="utf-8") as stream:
+        for number, line in enumerate(stream, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append((number, json.loads(line)))
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{number}: invalid JSON: {error.msg} "
+                                 f"(column {error.colno})") from error
+    return rows

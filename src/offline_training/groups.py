@@ -22,7 +22,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from src.agents.instance.lora_rl_agent import probe_template, render_chat
-from src.experiment.files import atomic_write_text
+from src.experiment.files import atomic_write_text, read_numbered_json_lines
 from src.experiment.run_directory import RunDirectory
 from src.language_models.language_model import LanguageModel
 from src.records.chat import ChatMessage, Role
@@ -153,16 +153,10 @@ def _json_lines(path: Path) -> list[tuple[int, Any]]:
     """(line number, parsed row) for each non-blank line."""
     if not path.is_file():
         raise GroupFileError(f"{path}: no such file")
-    rows = []
-    with path.open(encoding="utf-8") as stream:
-        for number, line in enumerate(stream, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append((number, json.loads(line)))
-            except json.JSONDecodeError as error:
-                raise GroupFileError(f"{path}:{number}: invalid JSON: {error.msg}") from error
-    return rows
+    try:
+        return read_numbered_json_lines(path)
+    except ValueError as error:
+        raise GroupFileError(str(error)) from error
 
 
 def _json_array(path: Path) -> list[tuple[int, Any]]:

@@ -9,6 +9,7 @@ import pytest
 from src.records.chat import Role
 from src.records.episode import Episode, EpisodeStatus, Outcome
 from src.records.trajectory import Trajectory
+from src.tasks.instance.math_problems.problems import load_rows
 from src.tasks.instance.math_problems.task import MathProblemsTask
 from src.tasks.instance.math_problems.verl_reward import CustomRewardFunction
 
@@ -114,3 +115,10 @@ def test_parquet_file_with_fast_math_r1_columns(tmp_path: Path) -> None:
     task.reset(options={"sample_id": "train-000001"})
     _, reward, _, _, _ = task.step("It is \\boxed{4.5}")
     assert reward == 1.0  # math-verify: 4.5 equals 9/2
+
+
+def test_a_data_line_that_is_not_json_is_named_by_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "problems.jsonl"
+    path.write_text('{"question": "1 + 1", "answer": "2"}\n\n{"question": \n')
+    with pytest.raises(ValueError, match=r"problems\.jsonl:3: invalid JSON"):
+        load_rows(str(path), "question", "answer", gsm8k=False)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import random
 from functools import lru_cache
 from pathlib import Path
 
+from src.experiment.files import read_numbered_json_lines
 from src.records.episode import Sample
 
 _NAMES = ["Ana", "Ben", "Chen", "Dara", "Eli", "Farah", "Goro", "Hana"]
@@ -62,13 +62,7 @@ def load_rows(path: str, question_key: str, answer_key: str,
         table = parquet.read_table(file).to_pylist()
         raw = [(index + 1, row) for index, row in enumerate(table)]
     else:
-        raw = []
-        for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-            if line.strip():
-                try:
-                    raw.append((number, json.loads(line)))
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{file}:{number}: invalid JSON: {error}") from error
+        raw = read_numbered_json_lines(file)
     rows = []
     for number, row in raw:
         if question_key not in row or answer_key not in row:

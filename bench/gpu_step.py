@@ -177,11 +177,11 @@ def adapter_snapshot(model: HuggingfaceLoRALanguageModel) -> dict[str, torch.Ten
             if p.requires_grad}
 
 
-def grpo_step(callback_type: type[RLTrainingCallback], model: HuggingfaceLoRALanguageModel,
-              episodes: list[Episode], samples: int, arguments: argparse.Namespace) -> dict:
-    callback = callback_type(model, algorithm="grpo", learning_rate=arguments.learning_rate,
-                             kl_coef=arguments.kl_coef,
-                             micro_batch_max_tokens=arguments.micro_batch_max_tokens or None)
+def grpo_step(model: HuggingfaceLoRALanguageModel, episodes: list[Episode], samples: int,
+              arguments: argparse.Namespace) -> dict:
+    callback = RLTrainingCallback(model, algorithm="grpo", learning_rate=arguments.learning_rate,
+                                  kl_coef=arguments.kl_coef,
+                                  micro_batch_max_tokens=arguments.micro_batch_max_tokens or None)
     callback.on_run_start(1)
     before = adapter_snapshot(model)
     reset_peak(model.device)
@@ -446,8 +446,7 @@ def main() -> None:
         "gradient_checkpointing": arguments.gradient_checkpointing,
         "learning_rate": arguments.learning_rate, "kl_coef": arguments.kl_coef,
         "loss": "ppo_clip (dual clip 3), token-mean, KL k3 to the base model"}
-    result["grpo_step"] = grpo_step(RLTrainingCallback, model, episodes(), arguments.samples,
-                                    arguments)
+    result["grpo_step"] = grpo_step(model, episodes(), arguments.samples, arguments)
     print("GRPO step (project callback):", json.dumps(
         {k: v for k, v in result["grpo_step"].items() if k != "metrics"}), flush=True)
     write()

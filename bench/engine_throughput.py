@@ -28,12 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from src.experiment.files import atomic_write_json  # noqa: E402
 from src.language_models.instance.huggingface_lora_language_model import (  # noqa: E402
     HuggingfaceLoRALanguageModel,
 )
 from src.language_models.language_model import LanguageModel, SamplingParams  # noqa: E402
 from src.language_models.rollout_pool.pool import RolloutPool  # noqa: E402
+from src.storage.files import atomic_write_json  # noqa: E402
 from src.tasks.instance.math_problems.task import MathProblemsTask  # noqa: E402
 
 
@@ -54,9 +54,8 @@ def measure(model: LanguageModel, prompts: list[list[int]], params: SamplingPara
         model.generate(prompts, params)
     rates = []
     for repeat in range(repeats):
-        torch.manual_seed(repeat)
         started = time.perf_counter()
-        generations = model.generate(prompts, params)
+        generations = model.generate(prompts, params, seed=repeat)
         seconds = time.perf_counter() - started
         tokens = sum(len(g.token_ids) for samples in generations for g in samples)
         rates.append(tokens / seconds)

@@ -50,6 +50,7 @@ from src.language_models.instance.huggingface_lora_language_model import (  # no
 from src.language_models.language_model import SamplingParams, TokenBatch  # noqa: E402
 from src.records.episode import Episode, EpisodeStatus, Outcome, Sample  # noqa: E402
 from src.records.trajectory import Trajectory  # noqa: E402
+from src.training.settings import KLSettings, OptimizerSettings  # noqa: E402
 
 GIB = 1024**3
 
@@ -179,9 +180,12 @@ def adapter_snapshot(model: HuggingfaceLoRALanguageModel) -> dict[str, torch.Ten
 
 def grpo_step(model: HuggingfaceLoRALanguageModel, episodes: list[Episode], samples: int,
               arguments: argparse.Namespace) -> dict:
-    callback = RLTrainingCallback(model, algorithm="grpo", learning_rate=arguments.learning_rate,
-                                  kl_coef=arguments.kl_coef,
-                                  micro_batch_max_tokens=arguments.micro_batch_max_tokens or None)
+    # other settings at their defaults; scored at the temperature the trajectories record
+    callback = RLTrainingCallback(
+        model, algorithm="grpo", kl=KLSettings(coef=arguments.kl_coef),
+        optimizer=OptimizerSettings(
+            learning_rate=arguments.learning_rate,
+            micro_batch_max_tokens=arguments.micro_batch_max_tokens or None))
     callback.on_run_start(1)
     before = adapter_snapshot(model)
     reset_peak(model.device)
@@ -384,7 +388,8 @@ def main() -> None:
             trajectory = Trajectory()
             trajectory.append_context(prompt)
             trajectory.append_sampled(generation.token_ids, generation.logprobs,
-                                      generation.finish_reason, generation.policy_version)
+                                      generation.finish_reason, generation.policy_version,
+                                      params.temperature, params.top_p, params.max_new_tokens)
             trajectories.append(trajectory)
 
     # 3. sampler / trainer agreement (first turn)

@@ -25,6 +25,7 @@ from src.language_models.instance.huggingface_lora_language_model import (  # no
 from src.records.chat import Role  # noqa: E402
 from src.records.episode import Episode  # noqa: E402
 from src.tasks.instance.math_problems.task import MathProblemsTask  # noqa: E402
+from src.training.settings import KLSettings, OptimizerSettings  # noqa: E402
 
 
 def peak_rss_gib() -> float:
@@ -42,16 +43,22 @@ def main() -> None:
     torch.manual_seed(0)
     model = HuggingfaceLoRALanguageModel(gradient_checkpointing=arguments.gradient_checkpointing)
     agent = LoRARLAgent(model, max_new_tokens=arguments.new_tokens)
-    callback = RLTrainingCallback(model, algorithm="grpo", learning_rate=1e-5, kl_coef=0.01,
-                                  micro_batch_max_tokens=arguments.micro_batch_max_tokens or None)
+    # the callback's other settings at their defaults; it scores at the temperature the
+    # agent recorded in each trajectory (the agent's default, 1.0)
+    callback = RLTrainingCallback(
+        model, algorithm="grpo", kl=KLSettings(coef=0.01),
+        optimizer=OptimizerSettings(
+            learning_rate=1e-5, micro_batch_max_tokens=arguments.micro_batch_max_tokens or None))
     callback.on_run_start(1)
     print(f"after loading: peak RSS {peak_rss_gib():.2f} GiB")
+    task = MathProblemsTask(levels=[4], worked_example=False,
+                            instruction="Explain your reasoning step by step in detail.")
     episodes = []
     for index in range(arguments.prompts * arguments.samples):
-        task = MathProblemsTask(levels=[4], worked_example=False,
-                                instruction="Explain your reasoning step by step in detail.")
-        observation, _ = task.reset(options={"sample_id": f"train-{index // arguments.samples:06d}"})
-        episode = Episode(task.sample, index % arguments.samples, 0, task)
+        env = task.new_episode()
+        observation, _ = env.reset(options={"sample_id": f"train-{index // arguments.samples:06d}"})
+        assert env.sample is not None
+        episode = Episode(env.sample, index % arguments.samples, 0, task=env)
         episode.add_message(Role.USER, observation)
         agent.start_episode(episode)
         episodes.append(episode)

@@ -23,8 +23,8 @@ configuration, per-step wall time and completion tokens, the median of the per-p
 ratios (TRL time / our time), the median completion tokens trained per second, and a
 breakdown of our step (generation; reference/old log-prob pass; training forward,
 backward and optimizer step), timed by wrapping the model's `generate` and `score` and
-the callback's optimizer step from outside (src/ is unchanged). TRL's generation and
-loss forward are timed the same way for comparison. Results also go to --out as JSON.
+the learner's clipped optimizer step from outside (src/ is unchanged). TRL's generation
+and loss forward are timed the same way for comparison. Results also go to --out as JSON.
 
 python bench/grpo_vs_trl.py [--pairs 5] [--warmup 1] [--prompts 8] [--samples 4]
     [--max_new_tokens 64] [--learning_rate 1e-5] [--loss_type dapo|grpo]
@@ -56,7 +56,6 @@ import torch  # noqa: E402
 from src.agents.instance.lora_rl_agent import LoRARLAgent  # noqa: E402
 from src.callbacks.callback import BatchContext  # noqa: E402
 from src.callbacks.instance.rl_training_callback import RLTrainingCallback  # noqa: E402
-from src.experiment.files import atomic_write_json  # noqa: E402
 from src.experiment.rollout import roll_out_lockstep  # noqa: E402
 from src.language_models.embedded_model import DEFAULT_MODEL, resolve_model_path  # noqa: E402
 from src.language_models.instance.huggingface_lora_language_model import (  # noqa: E402
@@ -65,8 +64,17 @@ from src.language_models.instance.huggingface_lora_language_model import (  # no
 )
 from src.records.chat import Role  # noqa: E402
 from src.records.episode import Episode, Sample  # noqa: E402
+from src.storage.files import atomic_write_json  # noqa: E402
 from src.tasks.instance.math_problems.rewards import accuracy  # noqa: E402
 from src.tasks.instance.math_problems.task import MathProblemsTask  # noqa: E402
+from src.training import learner as learner_module  # noqa: E402
+from src.training.settings import (  # noqa: E402
+    AdvantageSettings,
+    KLSettings,
+    OptimizerSettings,
+    PPOSettings,
+    RewardSettings,
+)
 
 LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
 # TRL loss_type -> our loss_aggregation. With one process, gradient_accumulation_steps 1
@@ -110,35 +118,43 @@ class Stopwatch:
 class OurTrainer:
     """The project's own pieces, wired as the experiment loop wires them."""
 
-    def __init__(self, arguments: argparse.Namespace, task_factory, samples: list[Sample]):
+    def __init__(self, arguments: argparse.Namespace, task: MathProblemsTask,
+                 samples: list[Sample]):
         self.arguments = arguments
+        self.task = task  # the family: each episode gets its own environment from it
         self.samples = samples
         self.model = HuggingfaceLoRALanguageModel(
             model_name_or_path=DEFAULT_MODEL, dtype="float32", device="cpu",
             lora_config=LoRASettings(**LORA))
         self.agent = LoRARLAgent(self.model, temperature=1.0, top_p=1.0,
                                  max_new_tokens=arguments.max_new_tokens)
+        # The trainer scores at the temperature each trajectory records: the agent's 1.0.
         self.callback = RLTrainingCallback(
-            self.model, algorithm="grpo", policy_loss="ppo_clip", clip_ratio_low=0.2,
-            clip_ratio_high=0.2, dual_clip=None, ppo_epochs=1, mini_batch_size=None,
-            loss_aggregation=LOSS_TYPES[arguments.loss_type], advantage_clip=None,
-            zero_std_groups="keep", mask_truncated_completions=False, kl_coef=0.0,
-            entropy_coeff=0.0, temperature=1.0, reward_from="task",
-            learning_rate=arguments.learning_rate, optimizer_class="AdamW", weight_decay=0.0,
-            lr_schedule="constant", warmup_ratio=0.0, gradient_accumulation_steps=1,
-            micro_batch_max_tokens=arguments.micro_batch_max_tokens or None, max_grad_norm=1.0,
+            self.model, algorithm="grpo",
+            advantage=AdvantageSettings(clip=None, zero_std_groups="keep"),
+            ppo=PPOSettings(loss="ppo_clip", clip_ratio_low=0.2, clip_ratio_high=0.2,
+                            dual_clip=None, epochs=1, mini_batch_size=None,
+                            aggregation=LOSS_TYPES[arguments.loss_type], entropy_coeff=0.0,
+                            mask_truncated_completions=False),
+            kl=KLSettings(coef=0.0), reward=RewardSettings(source="task"),
+            optimizer=OptimizerSettings(
+                optimizer_class="AdamW", learning_rate=arguments.learning_rate,
+                weight_decay=0.0, lr_schedule="constant", warmup_ratio=0.0,
+                max_grad_norm=1.0, gradient_accumulation_steps=1,
+                micro_batch_max_tokens=arguments.micro_batch_max_tokens or None),
             seed=arguments.seed)
         self.callback.on_run_start(arguments.warmup + arguments.pairs)
-        group = arguments.prompts * arguments.samples
-        self.tasks = [task_factory() for _ in range(group)]
-        # Timers around the calls the step makes, set on the instances (src/ is unchanged).
+        # Timers around the calls the step makes (src/ is unchanged): the model's methods
+        # on the instance (the learner scores through the same object), and the clipped
+        # optimizer step (clip, AdamW step, schedule, zero_grad) as src.training.learner
+        # imported it; only our learner calls it in this process.
         self.watch = Stopwatch()
         self.model.generate = self.watch.wrap(self.model.generate, "generation")
         self.model.score = self.watch.wrap(
             self.model.score,
             lambda: "training_forward" if torch.is_grad_enabled() else "logprob_pass")
-        self.callback._optimizer_step = self.watch.wrap(self.callback._optimizer_step,
-                                                         "optimizer_step")
+        learner_module.clipped_optimizer_step = self.watch.wrap(
+            learner_module.clipped_optimizer_step, "optimizer_step")
 
     def step(self, index: int) -> dict:
         arguments = self.arguments
@@ -147,7 +163,7 @@ class OurTrainer:
         seeds = [arguments.seed * 1_000_003 + index * 10_007 + slot for slot in range(len(pairs))]
         self.watch.reset()
         start = time.perf_counter()
-        episodes = roll_out_lockstep(pairs, self.tasks, self.agent, index, seeds)
+        episodes = roll_out_lockstep(pairs, self.task, self.agent, index, seeds)
         rolled_out = time.perf_counter()
         metrics = self.callback.on_batch_end(BatchContext(index, episodes, arguments.samples))
         end = time.perf_counter()
@@ -173,9 +189,9 @@ class OurTrainer:
 
     def prompt_ids(self, sample: Sample) -> list[int]:
         """The token ids the agent feeds for this sample's first turn."""
-        task = self.tasks[0]
-        observation, _ = task.reset(options={"sample": sample})
-        episode = Episode(sample=sample, group_index=0, batch_index=0, task=task)
+        env = self.task.new_episode()
+        observation, _ = env.reset(options={"sample": sample})
+        episode = Episode(sample=sample, group_index=0, batch_index=0, task=env)
         episode.add_message(Role.USER, observation)
         self.agent.start_episode(episode)
         assert episode.trajectory is not None
@@ -301,21 +317,18 @@ def main() -> None:
     extra = 1 if arguments.torch_profile else 0
     count = (steps + extra) * arguments.prompts
 
-    def make_task() -> MathProblemsTask:
-        return MathProblemsTask(source="procedural", levels=[1], worked_example=True,
-                                num_train=count, reward_weights={"accuracy": 1.0})
-
-    template = make_task()
-    samples = [template.get_sample(sample_id) for sample_id in template.sample_ids("train")]
+    task = MathProblemsTask(source="procedural", levels=[1], worked_example=True,
+                            num_train=count, reward_weights={"accuracy": 1.0})
+    samples = [task.get_sample(sample_id) for sample_id in task.sample_ids("train")]
 
     seed_everything(arguments.seed)  # LoRA A matrices are drawn at construction
-    ours = OurTrainer(arguments, make_task, samples)
+    ours = OurTrainer(arguments, task, samples)
     model_path = resolve_model_path(DEFAULT_MODEL)
     tokenizer = ours.model.tokenizer
     user_role = ours.model.role_dict["user"]
     prompts, answers = [], []
     for sample in samples[: steps * arguments.prompts]:
-        observation, _ = template.reset(options={"sample": sample})
+        observation, _ = task.new_episode().reset(options={"sample": sample})
         prompt = tokenizer.apply_chat_template([{"role": user_role, "content": observation}],
                                                tokenize=False, add_generation_prompt=True)
         # TRL tokenizes a plain-string prompt with processing_class(text=prompts)

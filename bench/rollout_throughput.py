@@ -27,18 +27,19 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
 from src.agents.instance.lora_rl_agent import LoRARLAgent  # noqa: E402
-from src.experiment.files import atomic_write_json  # noqa: E402
 from src.experiment.rollout import roll_out_lockstep  # noqa: E402
 from src.language_models.instance.huggingface_lora_language_model import (  # noqa: E402
     HuggingfaceLoRALanguageModel,
 )
 from src.records.episode import Episode  # noqa: E402
+from src.storage.files import atomic_write_json  # noqa: E402
 from src.tasks.task import Task  # noqa: E402
 
 # Per task: (episodes, new tokens per turn) when not given on the command line. DB-bench
@@ -46,7 +47,7 @@ from src.tasks.task import Task  # noqa: E402
 DEFAULTS = {"math": (16, 48), "db_bench": (8, 128), "econ": (8, 48)}
 
 
-def make_task(name: str, rounds: int) -> Task:
+def make_task(name: str, rounds: int) -> Task[Any]:
     if name == "math":
         from src.tasks.instance.math_problems.task import MathProblemsTask
 
@@ -120,10 +121,8 @@ def main() -> None:
     model = HuggingfaceLoRALanguageModel(dtype=arguments.dtype,
                                          prefix_caching=not arguments.no_prefix_caching)
     agent = LoRARLAgent(model, temperature=arguments.temperature, max_new_tokens=new_tokens)
-    template = make_task(arguments.task, arguments.rounds)
-    samples = [(template.get_sample(sample_id), 0)
-               for sample_id in template.sample_ids("train")[:count]]
-    tasks = [make_task(arguments.task, arguments.rounds) for _ in samples]
+    task = make_task(arguments.task, arguments.rounds)
+    samples = [(task.get_sample(sample_id), 0) for sample_id in task.sample_ids("train")[:count]]
     seeds = [arguments.seed * 1_000_003 + index for index in range(len(samples))]
     config = {"task": arguments.task, "task_description": describe_task(arguments.task,
                                                                          arguments.rounds),
@@ -138,22 +137,23 @@ def main() -> None:
           f"temperature {arguments.temperature}, max {new_tokens} new tokens per turn, LoRA "
           f"r={model.lora_settings.r} {model.lora_settings.target_modules}, prefix caching "
           f"{model.prefix_caching}, seed {arguments.seed}")
-    # Untimed: fill the tasks' caches (econ's rule-policy economies) and warm the model.
-    for (sample, _), task, seed in zip(samples, tasks, seeds, strict=True):
-        task.reset(seed=seed, options={"sample": sample})
-    roll_out_lockstep(samples[:2], tasks[:2], agent, 0, seeds[:2])
+    # Untimed: fill the family's caches (econ's rule-policy economies) and warm the model.
+    for (sample, _), seed in zip(samples, seeds, strict=True):
+        environment = task.new_episode()
+        environment.reset(seed=seed, options={"sample": sample})
+        environment.close()
+    roll_out_lockstep(samples[:2], task, agent, 0, seeds[:2])
 
     lockstep = measure("lockstep", model, lambda: roll_out_lockstep(
-        samples, tasks, agent, 0, seeds))
+        samples, task, agent, 0, seeds))
     sequential = measure("sequential", model, lambda: [
-        episode for pair, task, seed in zip(samples, tasks, seeds, strict=True)
-        for episode in roll_out_lockstep([pair], [task], agent, 0, [seed])])
+        episode for pair, seed in zip(samples, seeds, strict=True)
+        for episode in roll_out_lockstep([pair], task, agent, 0, [seed])])
     token_ratio = lockstep["tokens_per_s"] / sequential["tokens_per_s"]
     episode_ratio = lockstep["episodes_per_s"] / sequential["episodes_per_s"]
     print(f"lockstep / sequential: {token_ratio:.2f}x tokens/s, {episode_ratio:.2f}x "
           f"episodes/s")
-    for task in tasks:
-        task.close()
+    task.close()
     if arguments.out is not None:
         atomic_write_json(arguments.out, {
             "config": config, "lockstep": lockstep, "sequential": sequential,

@@ -15,14 +15,15 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `import src...` work from anywhere
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from src.configuration.errors import ConfigError  # noqa: E402
+from src.configuration.assignment import ExperimentConfig  # noqa: E402
 from src.experiment.assembly import (  # noqa: E402
+    ExperimentPlan,
     build_components,
     load_experiment_config,
     plan_experiment,
 )
 from src.experiment.loop import ExperimentLoop  # noqa: E402
-from src.experiment.run_directory import RunDirectory  # noqa: E402
+from src.experiment.run_directory import start_run  # noqa: E402
 from src.offline_training.config import declares_offline_training  # noqa: E402
 from src.offline_training.run import run_offline_training  # noqa: E402
 
@@ -48,27 +49,23 @@ def main(argv: list[str] | None = None) -> int:
         return run_offline_training(arguments.config_path, arguments.output_dir,
                                     arguments.dry_run, arguments.new_run,
                                     show_progress=not arguments.no_progress)
-    try:
+
+    def prepare() -> tuple[ExperimentConfig, ExperimentPlan, str]:
         config, source = load_experiment_config(arguments.config_path)
         if arguments.output_dir is not None:
             assignment = config.assignment_config.model_copy(
                 update={"output_dir": arguments.output_dir})
             config = config.model_copy(update={"assignment_config": assignment})
-        plan = plan_experiment(config, source)
-        if arguments.dry_run:
-            print(plan.describe())
-            print("dry run: the assignment is valid")
-            return 0
-        run = RunDirectory.resolve(config.assignment_config.output_dir, config,
-                                   fresh=arguments.new_run)
-        state = run.start(config, arguments.config_path)
-    except ConfigError as error:
-        print(f"config error: {error}", file=sys.stderr)
-        return 2
-    if not run.announce(state, "batch"):
-        return 0
+        return config, plan_experiment(config, source), config.assignment_config.output_dir
+
+    started = start_run(prepare, arguments.config_path, arguments.dry_run, arguments.new_run,
+                        "batch")
+    if isinstance(started, int):
+        return started
+    run, state, plan = started
+    assert isinstance(plan, ExperimentPlan)
     components = build_components(plan)
-    loop = ExperimentLoop(config.assignment_config, components, run,
+    loop = ExperimentLoop(plan.config.assignment_config, components, run,
                           show_progress=not arguments.no_progress)
     try:
         summary = loop.execute(state)

@@ -19,6 +19,13 @@ class ComponentConfig(StrictModel):
     parameters: dict[str, Any] = Field(default_factory=dict)
 
 
+class DynamicSamplingConfig(StrictModel):
+    """DAPO: leave out groups whose task rewards are all equal and refill the batch with
+    further samples' groups, for at most `max_rounds` extra generation rounds."""
+
+    max_rounds: PositiveInt = 3
+
+
 class RolloutConfig(StrictModel):
     """How samples become episodes: B samples a batch, each rolled out G times."""
 
@@ -26,6 +33,7 @@ class RolloutConfig(StrictModel):
     group_size: PositiveInt = 1
     num_epochs: PositiveInt = 1
     max_batches: PositiveInt | None = None
+    dynamic_sampling: DynamicSamplingConfig | None = None
 
 
 class EvaluationConfig(StrictModel):

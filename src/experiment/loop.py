@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -15,11 +16,15 @@ from src.agents.agent import Agent
 from src.callbacks.callback import BatchContext, Callback
 from src.configuration.assignment import AssignmentConfig
 from src.experiment.assembly import Components
-from src.experiment.files import JsonlLog, atomic_directory, atomic_write_text
+from src.experiment.dynamic_sampling import fill_batch_with_spread
 from src.experiment.metrics import MetricsLog, episode_statistics, summarize
 from src.experiment.rollout import roll_out_lockstep
 from src.experiment.run_directory import RunDirectory, RunState
 from src.records.episode import Episode, EpisodeRecord, Sample
+from src.storage.files import (
+    JsonlLog,
+    atomic_write_text,
+)
 from src.tasks.task import Task
 
 CHECKPOINTS_KEPT = 3
@@ -57,13 +62,13 @@ def _episode_seed(random_seed: int, batch_index: int, slot: int) -> int:
     return (random_seed * 1_000_003 + batch_index * 10_007 + slot) % (2**31)
 
 
-def _roll_out(samples: Sequence[tuple[Sample, int]], task_pool: Callable[[int], Sequence[Task]],
-              agent: Agent, batch_index: int, random_seed: int,
-              callbacks: Sequence[Callback] = ()) -> list[Episode]:
+def _roll_out(samples: Sequence[tuple[Sample, int]], task: Task[Any], agent: Agent,
+              batch_index: int, random_seed: int,
+              callbacks: Sequence[Callback] = (), first_slot: int = 0) -> list[Episode]:
     """Roll out (sample, group_index) pairs together, each episode seeded by its slot."""
-    seeds = [_episode_seed(random_seed, batch_index, slot) for slot in range(len(samples))]
-    return roll_out_lockstep(samples, task_pool(len(samples)), agent, batch_index, seeds,
-                             callbacks)
+    seeds = [_episode_seed(random_seed, batch_index, slot)
+             for slot in range(first_slot, first_slot + len(samples))]
+    return roll_out_lockstep(samples, task, agent, batch_index, seeds, callbacks)
 
 
 def task_metrics(records: Sequence[EpisodeRecord], prefix: str) -> dict[str, float]:
@@ -76,16 +81,13 @@ def task_metrics(records: Sequence[EpisodeRecord], prefix: str) -> dict[str, flo
     return {key: sum(values) / len(values) for key, values in sums.items()}
 
 
-def evaluate_on_validation(task_pool: Callable[[int], Sequence[Task]], agent: Agent,
+def evaluate_on_validation(task: Task[Any], agent: Agent,
                            max_samples: int | None, temperature: float, chunk: int,
                            random_seed: int, step: int, output_dir: Path) -> dict[str, float]:
     """Roll out the first `max_samples` validation samples once each, `chunk` episodes at a
     time, at `temperature`; write them to output_dir/evaluation/step-N.jsonl and return the
     `eval/` statistics ({} when the task has no validation samples).
-
-    `task_pool(n)` hands out n task instances (reused between calls).
     """
-    task = task_pool(1)[0]
     ids = list(task.sample_ids("validation"))[:max_samples]
     if not ids:
         return {}
@@ -94,7 +96,7 @@ def evaluate_on_validation(task_pool: Callable[[int], Sequence[Task]], agent: Ag
         for start in range(0, len(ids), chunk):
             torch.manual_seed(_episode_seed(random_seed, -1 - step, start))
             pairs = [(task.get_sample(i), 0) for i in ids[start:start + chunk]]
-            episodes = _roll_out(pairs, task_pool, agent, step, random_seed)
+            episodes = _roll_out(pairs, task, agent, step, random_seed)
             records += [episode.to_record() for episode in episodes]
     # Every evaluation episode, for statistics beyond the logged means (spreads, tables).
     atomic_write_text(output_dir / "evaluation" / f"step-{step:06d}.jsonl", "".join(
@@ -113,26 +115,51 @@ class ExperimentLoop:
         self.show_progress = show_progress
         self.runs_log = JsonlLog(run.path / "runs.jsonl")
         self.metrics = MetricsLog(run.path)
-        self._tasks: list[Task] = []
+        # the task family, built once: every episode of the run is one of its environments
+        self.task: Task[Any] = components.make_task()
 
     # ---- episodes ------------------------------------------------------------------
-    def _task_pool(self, size: int) -> list[Task]:
-        while len(self._tasks) < size:
-            self._tasks.append(self.components.make_task())
-        return self._tasks[:size]
-
     def run_episodes(self, samples: Sequence[tuple[Sample, int]], batch_index: int,
-                     notify_callbacks: bool = True) -> list[Episode]:
+                     notify_callbacks: bool = True, first_slot: int = 0) -> list[Episode]:
         """Roll out (sample, group_index) pairs together until every episode ends."""
         callbacks = list(self.components.callbacks.values()) if notify_callbacks else []
-        return _roll_out(samples, self._task_pool, self.components.agent, batch_index,
-                         self.assignment.random_seed, callbacks)
+        return _roll_out(samples, self.task, self.components.agent, batch_index,
+                         self.assignment.random_seed, callbacks, first_slot)
+
+    def roll_out_batch(self, sample_ids: Sequence[str], batch_index: int
+                       ) -> tuple[list[Episode], list[Episode], dict[str, float]]:
+        """Every episode drawn for the batch, the ones the update sees, and metrics.
+
+        With dynamic sampling, refills come from train samples not yet in the batch, drawn
+        by a generator seeded by the batch (so a resumed batch draws the same ones)."""
+        group_size = self.assignment.rollout.group_size
+        samples = [self.task.get_sample(sample_id) for sample_id in sample_ids]
+        episodes = self.run_episodes([(s, g) for s in samples for g in range(group_size)],
+                                     batch_index)
+        dynamic = self.assignment.rollout.dynamic_sampling
+        if dynamic is None:
+            return episodes, episodes, {}
+        train_ids = list(self.task.sample_ids("train"))
+        drawn_so_far = [len(episodes)]
+
+        def draw(missing: int, used: set[str]) -> list[Episode]:
+            generator = random.Random(f"{self.assignment.random_seed}-refill-{batch_index}-"
+                                      f"{drawn_so_far[0]}")
+            candidates = [sample_id for sample_id in train_ids if sample_id not in used]
+            chosen = generator.sample(candidates, min(missing, len(candidates)))
+            pairs = [(self.task.get_sample(i), g) for i in chosen for g in range(group_size)]
+            extra = self.run_episodes(pairs, batch_index, first_slot=drawn_so_far[0])
+            drawn_so_far[0] += len(extra)
+            return extra
+
+        filled = fill_batch_with_spread(episodes, len(sample_ids), dynamic.max_rounds, draw)
+        return filled.episodes, filled.kept, filled.metrics(len(sample_ids))
 
     # ---- evaluation ----------------------------------------------------------------
     def evaluate(self, step: int) -> dict[str, float]:
         rollout = self.assignment.rollout
         stats = evaluate_on_validation(
-            self._task_pool, self.components.agent, self.assignment.evaluation.max_samples,
+            self.task, self.components.agent, self.assignment.evaluation.max_samples,
             self.assignment.evaluation.temperature, rollout.batch_size * rollout.group_size,
             self.assignment.random_seed, step, self.run.path)
         if stats:
@@ -146,16 +173,22 @@ class ExperimentLoop:
         # Cut the logs back to the last committed batch: the batch in flight is redone.
         self.runs_log.truncate(state.runs_bytes)
         self.metrics.jsonl.truncate(state.metrics_bytes)
-        task = self._task_pool(1)[0]
+        task = self.task
         schedule = Schedule.build(task.sample_ids("train"), assignment)
         total = len(schedule.batches)
-        for callback_id, callback in callbacks.items():
+        # Each callback's checkpoints, then the task family's: one store each.
+        stores = [self.run.callback_store(callback_id) for callback_id in callbacks]
+        stores.append(self.run.task_store())
+        owners = [*callbacks.values(), task]
+        committed = state.completed_batches
+        for callback in callbacks.values():
             callback.on_run_start(total, assignment.rollout.batch_size
                                  * assignment.rollout.group_size)
-            self.run.prune_checkpoints(callback_id, CHECKPOINTS_KEPT, state.completed_batches)
-            if state.completed_batches > 0:
-                callback.restore_state(self.run.checkpoint_dir(callback_id,
-                                                               state.completed_batches))
+        for store, owner in zip(stores, owners, strict=True):
+            store.prune(CHECKPOINTS_KEPT, committed)
+            if committed > 0:
+                store.promote_best(committed)  # a kill may have come between commit and copy
+                owner.restore_state(store.path(committed))
         evaluation = assignment.evaluation
         if state.completed_batches == 0 and evaluation.at_start and state.metrics_bytes == 0:
             self.evaluate(step=0)
@@ -168,16 +201,16 @@ class ExperimentLoop:
         try:
             for batch_index in range(state.completed_batches, total):
                 torch.manual_seed(_episode_seed(assignment.random_seed, batch_index, 0))
-                samples = [task.get_sample(sample_id) for sample_id in schedule.batches[batch_index]]
-                pairs = [(sample, g) for sample in samples for g in range(group_size)]
-                episodes = self.run_episodes(pairs, batch_index)
+                episodes, trained, sampling_metrics = self.roll_out_batch(
+                    schedule.batches[batch_index], batch_index)
                 records = [episode.to_record() for episode in episodes]
                 self.runs_log.append(record.model_dump(mode="json") for record in records)
 
                 step = batch_index + 1
                 metrics = episode_statistics(records, prefix="rollout/")
                 metrics.update(task_metrics(records, "rollout/"))
-                context = BatchContext(batch_index, episodes, group_size)
+                metrics.update(sampling_metrics)
+                context = BatchContext(batch_index, trained, group_size)
                 for callback in callbacks.values():
                     metrics.update(callback.on_batch_end(context))
                 for language_model in self.components.language_models.values():
@@ -186,22 +219,22 @@ class ExperimentLoop:
                 if evaluation.every_n_batches and step % evaluation.every_n_batches == 0 or evaluation.at_end and step == total:
                     self.evaluate(step)
 
-                for callback_id, callback in callbacks.items():
-                    with atomic_directory(self.run.checkpoint_dir(callback_id, step)) as folder:
-                        callback.save_state(folder)
+                for store, owner in zip(stores, owners, strict=True):
+                    with store.write(step) as folder:
+                        owner.save_state(folder)
                 state = RunState(completed_batches=step, runs_bytes=self.runs_log.size,
                                  metrics_bytes=self.metrics.jsonl.size)
-                self.run.write_state(state)
-                for callback_id in callbacks:
-                    self.run.prune_checkpoints(callback_id, CHECKPOINTS_KEPT, step)
+                self.run.write_state(state)  # the commit point
+                for store in stores:  # best/ only from a committed batch
+                    store.promote_best(step)
+                    store.prune(CHECKPOINTS_KEPT, step)
                 progress.update(1)
                 progress.set_postfix(reward=f"{metrics.get('rollout/reward', 0.0):.3f}",
                                      success=f"{metrics.get('rollout/success_rate', 0.0):.2f}")
         finally:
             progress.close()
             self.metrics.close()
-            for task_instance in self._tasks:
-                task_instance.close()
+            task.close()
 
         records = [EpisodeRecord.model_validate(row) for row in self.runs_log.read()]
         summary = summarize(records)

@@ -8,8 +8,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from src.experiment.files import JsonlLog
 from src.records.episode import EpisodeRecord, EpisodeStatus, Outcome
+from src.storage.files import JsonlLog
 
 
 def episode_statistics(records: Sequence[EpisodeRecord], prefix: str = "") -> dict[str, float]:

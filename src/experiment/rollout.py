@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Sequence
+from typing import Any
 
 from src.agents.agent import Agent
 from src.callbacks.callback import Callback
@@ -15,46 +16,52 @@ from src.tasks.task import Task
 logger = logging.getLogger(__name__)
 
 
-def roll_out_lockstep(samples: Sequence[tuple[Sample, int]], tasks: Sequence[Task], agent: Agent,
+def roll_out_lockstep(samples: Sequence[tuple[Sample, int]], task: Task[Any], agent: Agent,
                       batch_index: int, seeds: Sequence[int],
                       callbacks: Sequence[Callback] = ()) -> list[Episode]:
-    """Run one episode per (sample, group_index) on its own task until all have ended.
+    """Run one episode per (sample, group_index), each in a new episode environment of
+    `task`, until all have ended; environments are reset in the order of `samples`.
 
     Every round, the agent answers all running episodes in one call; finished episodes
     drop out while the others go on. At the end each group (episodes of one sample) gets
-    its group-wise rewards from its task.
+    its group-wise rewards from the family, and every environment is closed.
     """
     episodes: list[Episode] = []
-    for (sample, group_index), task, seed in zip(samples, tasks, seeds, strict=True):
-        episode = Episode(sample=sample, group_index=group_index, batch_index=batch_index,
-                          task=task)
-        for callback in callbacks:
-            callback.on_session_created(episode)
-        observation, info = task.reset(seed=seed, options={"sample": sample})
-        episode.add_message(Role.USER, observation)
-        episode.info.update(info)
-        agent.start_episode(episode)
-        for callback in callbacks:
-            callback.on_task_reset(episode)
-        episodes.append(episode)
+    try:
+        for (sample, group_index), seed in zip(samples, seeds, strict=True):
+            environment = task.new_episode()
+            episode = Episode(sample=sample, group_index=group_index, batch_index=batch_index,
+                              task=environment)
+            episodes.append(episode)  # before reset: closed even if the reset fails
+            for callback in callbacks:
+                callback.on_session_created(episode)
+            observation, info = environment.reset(seed=seed, options={"sample": sample})
+            episode.add_message(Role.USER, observation)
+            episode.info.update(info)
+            agent.start_episode(episode)
+            for callback in callbacks:
+                callback.on_task_reset(episode)
 
-    while running := [episode for episode in episodes if episode.running]:
-        replies = agent.act(running)
-        for callback in callbacks:
-            callback.on_agent_inference(running)
-        for episode, reply in zip(running, replies, strict=True):
-            if reply.content is None:
-                episode.status = reply.status or EpisodeStatus.AGENT_CONTEXT_LIMIT
-            else:
-                _interact(episode, reply.content, callbacks)
-            if not episode.running:
-                for callback in callbacks:
-                    callback.on_task_complete(episode)
-    groups: dict[str, list[Episode]] = {}
-    for episode in episodes:
-        groups.setdefault(episode.sample.sample_id, []).append(episode)
-    for group in groups.values():
-        group[0].task.score_group(group)
+        while running := [episode for episode in episodes if episode.running]:
+            replies = agent.act(running)
+            for callback in callbacks:
+                callback.on_agent_inference(running)
+            for episode, reply in zip(running, replies, strict=True):
+                if reply.content is None:
+                    episode.status = reply.status or EpisodeStatus.AGENT_CONTEXT_LIMIT
+                else:
+                    _interact(episode, reply.content, callbacks)
+                if not episode.running:
+                    for callback in callbacks:
+                        callback.on_task_complete(episode)
+        groups: dict[str, list[Episode]] = {}
+        for episode in episodes:
+            groups.setdefault(episode.sample.sample_id, []).append(episode)
+        for group in groups.values():
+            task.score_group(group)
+    finally:
+        for episode in episodes:
+            episode.task.close()
     return episodes
 
 

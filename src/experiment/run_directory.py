@@ -5,20 +5,23 @@ from __future__ import annotations
 import datetime
 import glob
 import json
-import shutil
+import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 from pydantic import BaseModel, ConfigDict
 
 from src.configuration.assignment import RESUME_SAFE_KEYS
 from src.configuration.errors import ConfigError
-from src.experiment.files import atomic_write_json, atomic_write_text, remove_stale_temporaries
+from src.storage.files import atomic_write_json, atomic_write_text, remove_stale_temporaries
+from src.training.checkpoints import CheckpointStore
 
 TIMESTAMP = "{TIMESTAMP}"
 STATE_FILE = "run_state.json"
 CONFIG_FILE = "config.yaml"
+TASK_STATE = "task_state"
 
 
 class RunState(BaseModel):
@@ -107,21 +110,13 @@ class RunDirectory:
         self.write_state(state)
         return state
 
-    def checkpoint_dir(self, callback_id: str, completed_batches: int) -> Path:
-        return self.callback_state / callback_id / f"checkpoint-{completed_batches:06d}"
+    def callback_store(self, callback_id: str) -> CheckpointStore:
+        """callback_state/<callback_id>/: that callback's checkpoints and best/."""
+        return CheckpointStore(self.callback_state / callback_id)
 
-    def prune_checkpoints(self, callback_id: str, keep: int, committed: int) -> None:
-        """Keep the newest `keep` committed checkpoints; drop any beyond the commit point."""
-        folder = self.callback_state / callback_id
-        remove_stale_temporaries(folder)
-        checkpoints = sorted(folder.glob("checkpoint-*"))
-        for checkpoint in checkpoints:
-            step = int(checkpoint.name.split("-")[1])
-            if step > committed:
-                shutil.rmtree(checkpoint)
-        kept = [c for c in checkpoints if int(c.name.split("-")[1]) <= committed]
-        for checkpoint in kept[:-keep] if keep > 0 else []:
-            shutil.rmtree(checkpoint)
+    def task_store(self) -> CheckpointStore:
+        """task_state/: the task family's state (e.g. the econ few-shot memory)."""
+        return CheckpointStore(self.path / TASK_STATE)
 
     def announce(self, state: RunState, unit: str) -> bool:
         """Print where the run stands (`unit`: what `completed_batches` counts); False when
@@ -135,3 +130,30 @@ class RunDirectory:
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")
+
+
+class Plan(Protocol):
+    def describe(self) -> str: ...
+
+
+def start_run(prepare: Callable[[], tuple[BaseModel, Plan, str]], config_path: Path,
+              dry_run: bool, new_run: bool, unit: str
+              ) -> tuple[RunDirectory, RunState, Plan] | int:
+    """The start-up every pipeline shares. `prepare` loads and checks the config and
+    returns it with its plan and output_dir pattern. Returns the run folder, its state and
+    the plan, or the command's exit status when there is nothing to train: 0 after a dry
+    run or for a finished run, 2 for a config error (printed with file, line and key)."""
+    try:
+        config, plan, output_dir = prepare()
+        if dry_run:
+            print(plan.describe())
+            print("dry run: the config is valid")
+            return 0
+        run = RunDirectory.resolve(output_dir, config, fresh=new_run)
+        state = run.start(config, config_path)
+    except ConfigError as error:
+        print(f"config error: {error}", file=sys.stderr)
+        return 2
+    if not run.announce(state, unit):
+        return 0
+    return run, state, plan

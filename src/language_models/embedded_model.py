@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from src.experiment.files import atomic_directory
+from src.storage.files import atomic_directory
 
 EMBEDDED_PREFIX = "embedded:"
 

@@ -1,4 +1,11 @@
-"""The language-model contract: batched sampling of token ids with their log-probs."""
+"""The language-model contract: batched sampling of token ids with their log-probs.
+
+Three layers, each a class an implementation subclasses:
+- `LanguageModel`: anything that samples (an engine, a pool of engines);
+- `InferenceEngine`: one engine a pool can build from the trainer and keep in sync
+  (adapter loading by version, sequence log-probs); a new engine is one such class;
+- `TrainableLanguageModel`: an engine whose adapter is also trained in process.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +13,18 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
 FinishReason = Literal["stop", "length"]
+DEFAULT_ROLE_DICT: dict[str, str] = {"user": "user", "agent": "assistant"}
+
+
+def role_dict_with_defaults(role_dict: dict[str, str] | None) -> dict[str, str]:
+    """The chat-template role names of the "user" and "agent" turns (keys in any case)."""
+    given = {key.lower(): value for key, value in (role_dict or {}).items()}
+    return {role: given.get(role, default) for role, default in DEFAULT_ROLE_DICT.items()}
 
 
 @dataclass(frozen=True)
@@ -72,14 +86,29 @@ class LanguageModel(ABC):
     def max_context_tokens(self) -> int: ...
 
     @property
+    def pad_id(self) -> int:
+        """The id that pads token batches (masked out): the tokenizer's pad, else its eos."""
+        pad = self.tokenizer.pad_token_id
+        return pad if pad is not None else self.tokenizer.eos_token_id
+
+    @property
+    def role_dict(self) -> dict[str, str]:
+        """Chat-template role names of the "user" and "agent" turns."""
+        return dict(DEFAULT_ROLE_DICT)
+
+    @property
     def policy_version(self) -> int:
         """How many updates the weights that sample now have seen."""
         return 0
 
     @abstractmethod
-    def generate(self, prompts: Sequence[Sequence[int]],
-                 params: SamplingParams) -> list[list[Generation]]:
-        """For each prompt (token ids), `params.n` completions."""
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                 seed: int | None = None) -> list[list[Generation]]:
+        """For each prompt (token ids), `params.n` completions.
+
+        With a `seed`, the same call on the same weights samples the same tokens; without
+        one, the draws come from the process's random state (torch's global generator).
+        """
 
     def end_of_turn_ids(self) -> tuple[int, ...]:
         tokenizer = self.tokenizer
@@ -101,6 +130,54 @@ class LanguageModel(ABC):
         self.close()
 
 
+@dataclass(frozen=True)
+class EnginePlacement:
+    """What a rollout pool gives each engine it starts."""
+
+    gpus_per_engine: int = 0
+    tensor_parallel_size: int = 1  # GPUs one engine shards its weights over
+
+
+class InferenceEngine(LanguageModel):
+    """One engine: samples under an adapter it loads by policy version, scores sequences.
+
+    A rollout pool runs any subclass in its actors: it builds one from the trainer with
+    `parameters_for_pool`, sends it adapters with `load_adapter`, samples with a seed
+    (a replacement engine repeats a failed request exactly) and checks it against the
+    trainer with `sequence_logprobs`.
+    """
+
+    # whether one engine can shard its weights over several GPUs (tensor_parallel_size > 1)
+    supports_tensor_parallel: ClassVar[bool] = False
+    _policy_version: int = 0  # until the first adapter or update
+
+    @classmethod
+    @abstractmethod
+    def parameters_for_pool(cls, trainer: TrainableLanguageModel,
+                            placement: EnginePlacement) -> dict[str, Any]:
+        """Constructor parameters of an engine that serves `trainer`'s policy: the same
+        base model, room for its adapter, the trainer's chat roles. Raises TypeError for a
+        trainer this engine cannot serve."""
+
+    @property
+    def policy_version(self) -> int:
+        return self._policy_version
+
+    def set_policy_version(self, version: int) -> None:
+        """Label the weights now loaded as having seen `version` updates (on resume)."""
+        self._policy_version = version
+
+    @abstractmethod
+    def load_adapter(self, directory: Path, version: int) -> None:
+        """Sample with the PEFT adapter saved in `directory` from the next call on, its
+        tokens labelled with policy version `version`."""
+
+    @abstractmethod
+    def sequence_logprobs(self, sequences: Sequence[Sequence[int]],
+                          temperature: float = 1.0) -> list[list[float]]:
+        """Log-prob of each token given the ones before it (the first token gets 0.0)."""
+
+
 @dataclass
 class ScoredTokens:
     """Per-token results of scoring a TokenBatch (zeros where the loss mask is 0)."""
@@ -109,8 +186,13 @@ class ScoredTokens:
     entropy: torch.Tensor | None  # [batch, length]
 
 
-class TrainableLanguageModel(LanguageModel):
+class TrainableLanguageModel(InferenceEngine):
     """A policy whose adapter is trained in process."""
+
+    @property
+    @abstractmethod
+    def device(self) -> torch.device:
+        """Where the trained weights live (a pool keeps its engines off this GPU)."""
 
     @abstractmethod
     def score(self, batch: TokenBatch, *, temperature: float = 1.0, with_adapter: bool = True,
@@ -124,10 +206,8 @@ class TrainableLanguageModel(LanguageModel):
     @torch.no_grad()
     def sequence_logprobs(self, sequences: Sequence[Sequence[int]],
                           temperature: float = 1.0) -> list[list[float]]:
-        """Log-prob of each token given the ones before it (the first token gets 0.0)."""
         batch = TokenBatch.from_sequences(
-            sequences, [[0] + [1] * (len(s) - 1) for s in sequences],
-            pad_id=getattr(self, "pad_id", 0))
+            sequences, [[0] + [1] * (len(s) - 1) for s in sequences], pad_id=self.pad_id)
         scored = self.score(batch, temperature=temperature).logprobs
         return [scored[row, : len(s)].tolist() for row, s in enumerate(sequences)]
 
@@ -136,9 +216,6 @@ class TrainableLanguageModel(LanguageModel):
 
     @abstractmethod
     def save_adapter(self, directory: Path) -> None: ...
-
-    @abstractmethod
-    def load_adapter(self, directory: Path) -> None: ...
 
     @abstractmethod
     def train_mode(self) -> None: ...

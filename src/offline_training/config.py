@@ -21,7 +21,8 @@ from src.configuration.yaml_source import YamlSource
 from src.experiment.assembly import ComponentPlan, plan_component
 from src.language_models.language_model import TrainableLanguageModel
 from src.tasks.task import Task
-from src.training.policy_gradient import KLEstimator, LossAggregation
+from src.training.aggregation import LossAggregation
+from src.training.kl import KLEstimator
 
 OFFLINE_TRAINING_KEY = "offline_training_config"
 

@@ -21,12 +21,12 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from src.agents.instance.lora_rl_agent import probe_template, render_chat
-from src.experiment.files import atomic_write_text, read_numbered_json_lines
 from src.experiment.run_directory import RunDirectory
+from src.language_models.chat_template import probe_turn_boundary, render_chat
 from src.language_models.language_model import LanguageModel
 from src.records.chat import ChatMessage, Role
 from src.records.episode import EpisodeRecord
+from src.storage.files import atomic_write_text, read_numbered_json_lines
 
 logger = logging.getLogger(__name__)
 
@@ -230,12 +230,7 @@ class TokenizedGroups:
 def end_of_turn_token(language_model: LanguageModel, system_prompt: str | None) -> int:
     """The token that closes an agent turn in the chat template: the one the sampler stopped
     on, so that training also teaches the model where its reply ends."""
-    closing, _ = probe_template(language_model, system_prompt)
-    ids = language_model.tokenizer(closing, add_special_tokens=False)["input_ids"]
-    if not ids or ids[0] not in language_model.end_of_turn_ids():
-        raise ValueError(f"the chat template closes an agent turn with {closing!r}, which does "
-                         f"not start with an end-of-turn token {language_model.end_of_turn_ids()}")
-    return ids[0]
+    return probe_turn_boundary(language_model, system_prompt).end_of_turn_id
 
 
 def tokenize_groups(groups: Sequence[ScoredGroup], language_model: LanguageModel,

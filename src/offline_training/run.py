@@ -9,14 +9,14 @@ from pathlib import Path
 
 import torch
 
-from src.configuration.errors import ConfigError
 from src.configuration.yaml_source import YamlSource
 from src.experiment.assembly import instantiate
 from src.experiment.loop import evaluate_on_validation
-from src.experiment.run_directory import RunDirectory, RunState
+from src.experiment.run_directory import RunDirectory, RunState, start_run
 from src.language_models.language_model import TrainableLanguageModel
 from src.offline_training.config import (
     GroupsConfig,
+    OfflineExperimentConfig,
     OfflineTrainingPlan,
     load_offline_config,
     plan_offline_training,
@@ -49,26 +49,22 @@ def run_offline_training(config_path: Path, output_dir: str | None = None,
                          dry_run: bool = False, new_run: bool = False,
                          show_progress: bool = True) -> int:
     """Validate, then train (or resume); the exit status of the command."""
-    try:
+
+    def prepare() -> tuple[OfflineExperimentConfig, OfflineTrainingPlan, str]:
         source = YamlSource(config_path)
         config = load_offline_config(source)
         if output_dir is not None:
             offline = config.offline_training_config.model_copy(update={"output_dir": output_dir})
             config = config.model_copy(update={"offline_training_config": offline})
-        plan = plan_offline_training(config, source)
-        if dry_run:
-            print(plan.describe())
-            print("dry run: the offline training config is valid")
-            return 0
-        run = RunDirectory.resolve(config.offline_training_config.output_dir, config,
-                                   fresh=new_run)
-        state = run.start(config, config_path)
-    except ConfigError as error:
-        print(f"config error: {error}", file=sys.stderr)
-        return 2
-    if not run.announce(state, "epoch"):
-        return 0
-    offline = config.offline_training_config
+        return (config, plan_offline_training(config, source),
+                config.offline_training_config.output_dir)
+
+    started = start_run(prepare, config_path, dry_run, new_run, "epoch")
+    if isinstance(started, int):
+        return started
+    run, state, plan = started
+    assert isinstance(plan, OfflineTrainingPlan)
+    offline = plan.config.offline_training_config
     try:
         groups = snapshot_groups(run.path, lambda: read_configured_groups(offline.groups),
                                  offline.groups.min_score_spread)
@@ -99,7 +95,8 @@ def train(plan: OfflineTrainingPlan, groups: list[ScoredGroup], run: RunDirector
 
 def _validation(plan: OfflineTrainingPlan, language_model: TrainableLanguageModel,
                 output_dir: Path) -> tuple[Callable[[int], dict[str, float]] | None, list[Task]]:
-    """The evaluation hook (validation accuracy etc. at an epoch) and the tasks it uses."""
+    """The evaluation hook (validation accuracy etc. at an epoch) and the task family it
+    uses (in a list: none without evaluation)."""
     offline = plan.config.offline_training_config
     evaluation = offline.evaluation
     if evaluation is None or plan.task is None or plan.agent is None:
@@ -107,11 +104,11 @@ def _validation(plan: OfflineTrainingPlan, language_model: TrainableLanguageMode
     models = {offline.language_model.name: language_model}
     agent = instantiate(plan.agent, models)
     chunk = min(evaluation.batch_size, evaluation.max_samples or evaluation.batch_size)
-    tasks: list[Task] = [instantiate(plan.task, models) for _ in range(chunk)]
+    task: Task = instantiate(plan.task, models)
 
     def evaluate(step: int) -> dict[str, float]:
-        return evaluate_on_validation(lambda count: tasks[:count], agent, evaluation.max_samples,
+        return evaluate_on_validation(task, agent, evaluation.max_samples,
                                       evaluation.temperature, chunk, offline.random_seed, step,
                                       output_dir)
 
-    return evaluate, tasks
+    return evaluate, [task]

@@ -7,13 +7,13 @@ frozen. GRPO epochs: PPO clip loss on z-scored, clipped advantages + beta * KL(k
 reference, the top-k candidates of each group in the first epochs, all later; beta follows
 the band rule once per epoch. After every epoch: the best-vs-worst log-likelihood margin
 and the KL on all groups, a checkpoint, and best/. The maths is in
-src.training.offline_groups and src.training.policy_gradient.
+src.training.offline_groups and the training core (src.training.learner).
 
 Files under output_dir/training_state/:
   reference_logprobs/, old_logprobs/   frozen per-token log-probs (one tensor per candidate)
-  checkpoint-NNNNNN/                   after epoch N: lora_weights/, optimizer_state.pt,
-                                       rng_state.pt, trainer_state.json
-  best/                                lora_weights/ and best.json (see `is_new_best`)
+  checkpoint-NNNNNN/, best/            after epoch N, in the layout of every pipeline
+                                       (src.training.checkpoints; best/ per `is_new_best`),
+                                       the last 3 kept
 """
 
 from __future__ import annotations
@@ -23,33 +23,36 @@ import math
 import random
 import statistics
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Literal
 
 import torch
 from tqdm import tqdm
 
-from src.experiment.files import atomic_directory, atomic_write_json, remove_stale_temporaries
 from src.experiment.metrics import MetricsLog
 from src.experiment.run_directory import RunDirectory, RunState
-from src.language_models.language_model import TokenBatch, TrainableLanguageModel
+from src.language_models.language_model import TrainableLanguageModel
 from src.offline_training.config import OfflineTrainingConfig
 from src.offline_training.groups import ScoredGroup, tokenize_groups
+from src.storage.files import atomic_directory, remove_stale_temporaries
+from src.training.checkpoints import TRAINING_STEP, CheckpointStore, mark_best
+from src.training.kl import kl_penalty
 from src.training.kl_control import KLController
-from src.training.micro_batches import split_by_token_budget
+from src.training.learner import Learner
+from src.training.objectives import CrossEntropyObjective, PolicyObjective
 from src.training.offline_groups import (
     best_minus_worst,
     curriculum_candidates,
     group_advantages,
-    rce_loss,
     rce_tau,
     softmax_weights,
 )
-from src.training.optimisation import clipped_optimizer_step, learning_rate_factor
-from src.training.policy_gradient import aggregate, kl_penalty, ppo_clip_loss
-from src.training.rng_state import load_rng_state, save_rng_state
+from src.training.policy_losses import ClipRange, PPOClip
+from src.training.settings import OptimizerSettings
+from src.training.token_metrics import TokenMetrics
+from src.training.token_rows import TokenRows
 
+CHECKPOINTS_KEPT = 3
 Phase = Literal["rce", "grpo"]
 MARGIN = "logp_margin/best_minus_worst"
 
@@ -73,8 +76,11 @@ class OfflineGroupTrainer:
         self.config = config
         self.model = language_model
         self.data = tokenize_groups(groups, language_model, config.system_prompt)
+        self.rows = TokenRows.from_sequences(self.data.sequences, self.data.masks,
+                                             pad_id=language_model.pad_id)
         self.group_scores = [group.scores for group in groups]
         self.state_dir = output_dir / "training_state"
+        self.store = CheckpointStore(self.state_dir)
         self.metrics = MetricsLog(output_dir)
         self.evaluate = evaluate
         self.show_progress = show_progress
@@ -89,8 +95,9 @@ class OfflineGroupTrainer:
         self.reference: list[torch.Tensor] = []
         self.old: list[torch.Tensor] = []
         self.phase: Phase | None = None
-        self.optimizer: torch.optim.Optimizer | None = None
-        self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
+        # scores before any phase starts; each phase brings its own optimiser
+        self.learner = Learner(language_model, self._optimizer_settings(
+            config.training.learning_rate))
 
     # ---- the run -------------------------------------------------------------------
     def train(self, run: RunDirectory, state: RunState) -> dict:
@@ -99,12 +106,13 @@ class OfflineGroupTrainer:
         self.metrics.jsonl.truncate(state.metrics_bytes)  # drop rows of an unfinished epoch
         remove_stale_temporaries(self.state_dir)
         done = state.completed_batches
+        self.store.prune(CHECKPOINTS_KEPT, done)
         if done:
+            self.store.promote_best(done)  # in case the run was killed right after committing
             self._restore(done)
-        all_rows = list(range(len(self.data.sequences)))
         # The base model never changes: its log-probs are taken once, before any update.
         self.reference = self._frozen("reference_logprobs",
-                                      lambda: self._score(all_rows, with_adapter=False))
+                                      lambda: self._score(with_adapter=False))
         if done == 0 and state.metrics_bytes == 0:
             metrics = self._measure() | {"kl_coef": self.kl.beta}
             self._log(0, metrics)
@@ -120,8 +128,8 @@ class OfflineGroupTrainer:
                     metrics = self._rce_epoch(epoch, progress)
                 else:
                     if not self.old:  # PPO's old policy: the one GRPO starts from, frozen
-                        self.old = self._frozen(
-                            "old_logprobs", lambda: self._score(all_rows, with_adapter=True))
+                        self.old = self._frozen("old_logprobs",
+                                                lambda: self._score(with_adapter=True))
                     metrics = self._grpo_epoch(epoch, progress)
                 measured = self._measure()
                 if self._phase_of(epoch) == "grpo":
@@ -131,6 +139,8 @@ class OfflineGroupTrainer:
                 self._save_checkpoint(epoch)
                 state = RunState(completed_batches=epoch, metrics_bytes=self.metrics.jsonl.size)
                 run.write_state(state)
+                self.store.promote_best(epoch)
+                self.store.prune(CHECKPOINTS_KEPT, epoch)
         finally:
             progress.close()
             self.metrics.close()
@@ -151,34 +161,12 @@ class OfflineGroupTrainer:
         self.metrics.log(epoch, metrics)
 
     # ---- scoring -------------------------------------------------------------------
-    def _batch(self, rows: list[int]) -> TokenBatch:
-        return TokenBatch.from_sequences([self.data.sequences[row] for row in rows],
-                                         [self.data.masks[row] for row in rows],
-                                         pad_id=getattr(self.model, "pad_id", 0))
-
-    def _micro_batches(self, rows: list[int]) -> list[list[int]]:
-        return split_by_token_budget(rows, self.data.lengths,
-                                     self.config.training.micro_batch_max_tokens)
-
-    @torch.no_grad()
-    def _score(self, rows: list[int], with_adapter: bool) -> list[torch.Tensor]:
-        """Per row, the log-probs of its candidate tokens (a 1-D tensor on the CPU)."""
-        self.model.eval_mode()
-        scored: list[torch.Tensor] = []
-        for micro in self._micro_batches(rows):
-            batch = self._batch(micro)
-            logprobs = self.model.score(batch, temperature=self.config.training.temperature,
-                                        with_adapter=with_adapter).logprobs.cpu()
-            scored += [logprobs[index][batch.loss_mask[index] > 0]
-                       for index in range(len(micro))]
-        return scored
-
-    @staticmethod
-    def _aligned(values: list[torch.Tensor], rows: list[int], batch: TokenBatch) -> torch.Tensor:
-        """Per-candidate token values placed at their positions in `batch`."""
-        full = torch.zeros_like(batch.loss_mask)
-        full[batch.loss_mask > 0] = torch.cat([values[row] for row in rows])
-        return full
+    def _score(self, with_adapter: bool) -> list[torch.Tensor]:
+        """Per candidate, the log-probs of its own tokens (a 1-D tensor on the CPU)."""
+        scores = self.learner.score(self.rows, temperature=self.config.training.temperature,
+                                    with_adapter=with_adapter)
+        mask = self.rows.batch.loss_mask > 0
+        return [scores[row][mask[row]] for row in range(len(self.rows))]
 
     def _frozen(self, name: str, compute: Callable[[], list[torch.Tensor]]
                 ) -> list[torch.Tensor]:
@@ -195,7 +183,7 @@ class OfflineGroupTrainer:
     def _measure(self) -> dict[str, float]:
         """On all groups, no gradient: the headline margin, the KL to the reference (k3,
         token mean) and the mean per-token log-likelihood."""
-        current = self._score(list(range(len(self.data.sequences))), with_adapter=True)
+        current = self._score(with_adapter=True)
         mean_logp = [values.mean().item() for values in current]
         margins = [best_minus_worst([mean_logp[row] for row in rows], scores)
                    for rows, scores in zip(self.data.rows_of_group, self.group_scores,
@@ -209,6 +197,13 @@ class OfflineGroupTrainer:
         return metrics
 
     # ---- optimisation ----------------------------------------------------------------
+    def _optimizer_settings(self, learning_rate: float) -> OptimizerSettings:
+        training = self.config.training
+        return OptimizerSettings(learning_rate=learning_rate,
+                                 weight_decay=training.weight_decay,
+                                 max_grad_norm=training.max_grad_norm,
+                                 micro_batch_max_tokens=training.micro_batch_max_tokens)
+
     def _enter_phase(self, phase: Phase) -> None:
         """Each phase has its own AdamW and schedule: the RCE moments say nothing about
         the GRPO loss. RCE: constant 0.1x lr; GRPO: linear warmup then cosine."""
@@ -216,28 +211,15 @@ class OfflineGroupTrainer:
             return
         training = self.config.training
         if phase == "rce":
-            total = self.config.warmup.epochs * self.steps_per_epoch
-            learning_rate = training.learning_rate * self.config.warmup.learning_rate_scale
-            factor = learning_rate_factor(0, total, "constant")
+            self.learner = Learner(self.model, self._optimizer_settings(
+                training.learning_rate * self.config.warmup.learning_rate_scale))
+            self.learner.schedule(self.config.warmup.epochs * self.steps_per_epoch, 0.0,
+                                  "constant")
         else:
-            total = self.config.grpo.epochs * self.steps_per_epoch
-            learning_rate = training.learning_rate
-            factor = learning_rate_factor(int(self.config.grpo.warmup_ratio * total), total,
-                                          "cosine")
-        self.optimizer = torch.optim.AdamW(self.model.trainable_parameters(), lr=learning_rate,
-                                           weight_decay=training.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
+            self.learner = Learner(self.model, self._optimizer_settings(training.learning_rate))
+            self.learner.schedule(self.config.grpo.epochs * self.steps_per_epoch,
+                                  self.config.grpo.warmup_ratio, "cosine")
         self.phase = phase
-
-    def _step(self) -> tuple[float, float]:
-        """One optimiser step: (learning rate used, gradient norm before clipping)."""
-        assert self.optimizer is not None
-        learning_rate = self.optimizer.param_groups[0]["lr"]
-        norm = clipped_optimizer_step(self.optimizer, self.scheduler,
-                                      self.model.trainable_parameters(),
-                                      self.config.training.max_grad_norm)
-        self.model.mark_updated()
-        return learning_rate, norm
 
     def _mini_batches(self, epoch: int) -> list[list[int]]:
         """Groups in a seeded shuffled order, `groups_per_step` at a time."""
@@ -248,87 +230,71 @@ class OfflineGroupTrainer:
 
     def _rce_epoch(self, epoch: int, progress: tqdm) -> dict[str, float]:
         self._enter_phase("rce")
-        self.model.train_mode()
         warmup = self.config.warmup
         total_steps = warmup.epochs * self.steps_per_epoch
         losses, norms, taus = [], [], []
         learning_rate = 0.0
+        metrics = TokenMetrics()
         for index, groups in enumerate(self._mini_batches(epoch)):
             tau = rce_tau((epoch - 1) * self.steps_per_epoch + index, total_steps,
                           warmup.tau_start, warmup.tau_end)
             rows = [row for group in groups for row in self.data.rows_of_group[group]]
-            weights = torch.zeros(len(self.data.sequences))
+            weights = torch.zeros(len(self.rows))
             for group in groups:
                 members = self.data.rows_of_group[group]
                 weights[members] = softmax_weights(self.data.scores[members], tau)
-            step_loss = 0.0
-            for micro in self._micro_batches(rows):
-                batch = self._batch(micro)
-                logp = self.model.score(batch, temperature=self.config.training.temperature
-                                        ).logprobs
-                loss = rce_loss(logp, batch.loss_mask.to(logp.device),
-                                weights[micro].to(logp.device), num_groups=len(groups))
-                loss.backward()
-                step_loss += loss.item()
-            learning_rate, norm = self._step()
-            losses.append(step_loss)
-            norms.append(norm)
+            self.rows.row_weights = weights
+            # each group's weights sum to 1: the loss is a mean over the groups
+            objective = CrossEntropyObjective("seq-mean-token-sum", num_sequences=len(groups))
+            step = self.learner.update(self.rows, rows, objective, metrics,
+                                       self.config.training.temperature)
+            self.model.mark_updated()
+            learning_rate = step.learning_rate
+            losses.append(step.loss)
+            norms.append(step.grad_norm)
             taus.append(tau)
             progress.update(1)
-            progress.set_postfix(phase="rce", loss=f"{step_loss:.3f}")
+            progress.set_postfix(phase="rce", loss=f"{step.loss:.3f}")
         return {"loss": statistics.fmean(losses), "grad_norm": statistics.fmean(norms),
                 "learning_rate": learning_rate, "tau": statistics.fmean(taus),
                 "tau/last": taus[-1]}
 
     def _grpo_epoch(self, epoch: int, progress: tqdm) -> dict[str, float]:
         self._enter_phase("grpo")
-        self.model.train_mode()
         grpo = self.config.grpo
         grpo_epoch = epoch - self.config.warmup.epochs - 1
-        beta = self.kl.beta  # fixed within the epoch; the band rule moves it after
         selected = [[rows[index] for index in curriculum_candidates(
                         scores, grpo_epoch, grpo.top_k, grpo.top_k_epochs)]
                     for rows, scores in zip(self.data.rows_of_group, self.group_scores,
                                             strict=True)]
+        self.rows.advantages = self.advantage
+        self.rows.old_logprobs = self.rows.aligned(self.old)
+        self.rows.ref_logprobs = self.rows.aligned(self.reference)
+        # beta is fixed within the epoch; the band rule moves it after. The normalising
+        # length of seq-mean-token-sum-norm is each mini-batch's longest candidate.
+        objective = PolicyObjective(
+            PPOClip(ClipRange(grpo.clip_ratio_low, grpo.clip_ratio_high, grpo.dual_clip)),
+            grpo.loss_aggregation, kl_coef=self.kl.beta, kl_estimator=grpo.kl_estimator,
+            with_entropy=False)
         losses, norms = [], []
-        token_sums = {"train/kl": 0.0, "clip_ratio": 0.0}
-        token_count = 0.0
+        metrics = TokenMetrics()
         learning_rate = 0.0
         for groups in self._mini_batches(epoch):
             rows = [row for group in groups for row in selected[group]]
-            completion_lengths = [sum(self.data.masks[row]) for row in rows]
-            reduce_over = partial(aggregate, mode=grpo.loss_aggregation,
-                                  norm_length=max(completion_lengths), num_sequences=len(rows),
-                                  num_tokens=float(sum(completion_lengths)))
-            step_loss = 0.0
-            for micro in self._micro_batches(rows):
-                batch = self._batch(micro)
-                logp = self.model.score(batch, temperature=self.config.training.temperature
-                                        ).logprobs
-                device = logp.device
-                mask = batch.loss_mask.to(device)
-                old = self._aligned(self.old, micro, batch).to(device)
-                ref = self._aligned(self.reference, micro, batch).to(device)
-                clip = ppo_clip_loss(logp, old, self.advantage[micro].to(device)[:, None],
-                                     grpo.clip_ratio_low, grpo.clip_ratio_high, grpo.dual_clip)
-                kl = kl_penalty(logp, ref, grpo.kl_estimator)
-                loss = (reduce_over(clip.per_token, mask=mask)
-                        + beta * reduce_over(kl, mask=mask))
-                loss.backward()
-                step_loss += loss.item()
-                token_sums["train/kl"] += (kl.detach() * mask).sum().item()
-                token_sums["clip_ratio"] += ((clip.clipped_low | clip.clipped_high).float()
-                                             * mask).sum().item()
-                token_count += mask.sum().item()
-            learning_rate, norm = self._step()
-            losses.append(step_loss)
-            norms.append(norm)
+            step = self.learner.update(self.rows, rows, objective, metrics,
+                                       self.config.training.temperature)
+            self.model.mark_updated()
+            learning_rate = step.learning_rate
+            losses.append(step.loss)
+            norms.append(step.grad_norm)
             progress.update(1)
-            progress.set_postfix(phase="grpo", loss=f"{step_loss:.3f}")
-        metrics = {key: value / max(token_count, 1.0) for key, value in token_sums.items()}
-        return metrics | {
+            progress.set_postfix(phase="grpo", loss=f"{step.loss:.3f}")
+        means = metrics.means()
+        return {
+            "train/kl": means["kl"],
+            "clip_ratio": means["clip_ratio/low_mean"] + means["clip_ratio/high_mean"],
             "loss": statistics.fmean(losses), "grad_norm": statistics.fmean(norms),
-            "learning_rate": learning_rate, "kl_coef": beta,
+            "learning_rate": learning_rate, "kl_coef": objective.kl_coef,
             "candidates": float(sum(len(rows) for rows in selected)),
             "advantage_abs_mean": self.advantage[[row for rows in selected for row in rows]]
             .abs().mean().item(),
@@ -341,37 +307,21 @@ class OfflineGroupTrainer:
             self.best = {"epoch": epoch, MARGIN: margin, "kl": measured["kl"]}
 
     def _save_checkpoint(self, epoch: int) -> None:
-        assert self.optimizer is not None and self.scheduler is not None
-        folder = self.state_dir / f"checkpoint-{epoch:06d}"
-        with atomic_directory(folder) as temp:
-            self.model.save_adapter(temp / "lora_weights")
-            torch.save({"optimizer": self.optimizer.state_dict(),
-                        "scheduler": self.scheduler.state_dict()}, temp / "optimizer_state.pt")
-            save_rng_state(temp / "rng_state.pt")
-            atomic_write_json(temp / "trainer_state.json", {
-                "epoch": epoch, "phase": self.phase, "kl_coef": self.kl.beta,
-                "best": self.best, "policy_version": self.model.policy_version})
-        if self.best is not None and self.best["epoch"] == epoch:
-            with atomic_directory(self.state_dir / "best") as best:
-                self.model.save_adapter(best / "lora_weights")
-                atomic_write_json(best / "best.json", self.best | {
+        with self.store.write(epoch) as folder:
+            self.learner.save(folder, {"epoch": epoch, "phase": self.phase,
+                                       "kl_coef": self.kl.beta, "best": self.best})
+            if self.best is not None and self.best["epoch"] == epoch:
+                mark_best(folder, self.best | {
                     "rule": f"largest {MARGIN} among epochs with kl <= "
                             f"{self.config.grpo.kl_band_high}"})
 
     def _restore(self, epoch: int) -> None:
-        folder = self.state_dir / f"checkpoint-{epoch:06d}"
-        self.model.load_adapter(folder / "lora_weights")
-        trainer_state = json.loads((folder / "trainer_state.json").read_text())
-        self.kl.beta = trainer_state["kl_coef"]
-        self.best = trainer_state["best"]
+        folder = self.store.path(epoch)
+        phase = json.loads((folder / TRAINING_STEP).read_text(encoding="utf-8"))["phase"]
         # Mid-phase, the optimiser goes on where it stopped; a new phase starts afresh.
-        if epoch < self.total_epochs and self._phase_of(epoch + 1) == trainer_state["phase"]:
-            self._enter_phase(trainer_state["phase"])
-            assert self.optimizer is not None and self.scheduler is not None
-            saved = torch.load(folder / "optimizer_state.pt", weights_only=False)
-            self.optimizer.load_state_dict(saved["optimizer"])
-            self.scheduler.load_state_dict(saved["scheduler"])
-        load_rng_state(folder / "rng_state.pt")
-        set_version = getattr(self.model, "set_policy_version", None)
-        if set_version is not None:
-            set_version(trainer_state["policy_version"])
+        mid_phase = epoch < self.total_epochs and self._phase_of(epoch + 1) == phase
+        if mid_phase:
+            self._enter_phase(phase)
+        state = self.learner.restore(folder, restore_optimizer=mid_phase)
+        self.kl.beta = state["kl_coef"]
+        self.best = state["best"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -12,7 +12,6 @@ from src.records.chat import ChatMessage, Role
 
 if TYPE_CHECKING:
     from src.records.trajectory import Trajectory
-    from src.tasks.task import Task
 
 
 class EpisodeStatus(StrEnum):
@@ -59,6 +58,20 @@ class EpisodeRecord(BaseModel):
     info: dict[str, Any] = Field(default_factory=dict)
 
 
+class EpisodeEnvironment(Protocol):
+    """What the rollout and agents call on an episode's environment.
+
+    `src.tasks.task.EpisodeEnv` implements it; a protocol, so that records (a leaf layer)
+    import nothing from the tasks above them.
+    """
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]: ...
+
+    def oracle_reply(self) -> str: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class Episode:
     """The live state of one episode while a batch is stepped in lockstep."""
@@ -66,7 +79,7 @@ class Episode:
     sample: Sample
     group_index: int
     batch_index: int
-    task: Task
+    task: EpisodeEnvironment  # the episode environment the sample runs in
     chat: list[ChatMessage] = field(default_factory=list)
     status: EpisodeStatus = EpisodeStatus.RUNNING
     outcome: Outcome = Outcome.UNKNOWN

@@ -22,6 +22,17 @@ class Trajectory:
     finish_reasons: list[str] = field(default_factory=list)
     policy_version: int | None = None
     prompt_token_count: int = 0  # tokens fed but not sampled (prompt + observations)
+    # How the sampled turns were drawn: the trainer scores under the same distribution.
+    sampling_temperature: float = 1.0
+    sampling_top_p: float = 1.0
+    max_new_tokens: int | None = None  # per sampled turn
+
+    @property
+    def generation_budget(self) -> int | None:
+        """The most completion tokens these turns could have had."""
+        if self.max_new_tokens is None:
+            return None
+        return self.max_new_tokens * len(self.turn_spans)
 
     def append_context(self, ids: list[int]) -> None:
         self.token_ids.extend(ids)
@@ -30,9 +41,16 @@ class Trajectory:
         self.prompt_token_count += len(ids)
 
     def append_sampled(self, ids: list[int], logprobs: list[float], finish_reason: str,
-                       policy_version: int) -> None:
+                       policy_version: int, temperature: float = 1.0, top_p: float = 1.0,
+                       max_new_tokens: int | None = None) -> None:
         if len(ids) != len(logprobs):
             raise ValueError(f"{len(ids)} sampled ids but {len(logprobs)} log-probs")
+        if self.turn_spans and (temperature, top_p) != (self.sampling_temperature,
+                                                        self.sampling_top_p):
+            raise ValueError("the turns of one trajectory were sampled with different "
+                             "temperature or top_p")
+        self.sampling_temperature, self.sampling_top_p = temperature, top_p
+        self.max_new_tokens = max_new_tokens
         start = len(self.token_ids)
         self.token_ids.extend(ids)
         self.loss_mask.extend([1] * len(ids))

@@ -1,9 +1,18 @@
-"""The task contract: a Gymnasium environment whose observations and actions are text.
+"""The task contract: a task family, built once per run, hands out thin episode environments.
 
-A subclass supplies its samples (`sample_ids`, `_get_sample`), the first observation
-(`_reset`), one round of interaction (`_step`) and the expert reply for the oracle agent
-(`_oracle_reply`). The public methods are final: they keep the round count, the
-round limit and the gymnasium return shapes the same for every task.
+`Task` is the family: the samples of each split (`sample_ids`, `get_sample`), the caches
+and state its episodes share, the rewards that need a whole group (`score_group`), the
+state a resumed run must get back (`save_state` / `restore_state`), and `new_episode()`.
+`EpisodeEnv` is one running episode: a Gymnasium environment whose observations and
+actions are text, holding only that episode's own state; the rest it reads from
+`self.family`. A family supplies `sample_ids`, `_get_sample` and `new_episode`; its
+episode supplies the first observation (`_reset`), one round (`_step`) and the expert
+reply for the oracle agent (`_oracle_reply`). The public methods are final: they keep the
+round count, the round limit, the status and the gymnasium return shapes the same for
+every task.
+
+Numbered samples use one id scheme, `<split>-NNNNNN` (`split_sample_ids`,
+`parse_split_sample_id`).
 """
 
 from __future__ import annotations
@@ -11,21 +20,43 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, final
+from pathlib import Path
+from typing import Any, Generic, TypeVar, final
 
 import gymnasium
 
-from src.records.episode import EpisodeStatus, Outcome, Sample
+from src.records.episode import Episode, EpisodeStatus, Outcome, Sample
 
-if TYPE_CHECKING:
-    from src.records.episode import Episode
-
+SPLITS = ("train", "validation")
 _TEXT_SPACE = gymnasium.spaces.Text(max_length=1_000_000)
+
+EpisodeT = TypeVar("EpisodeT", bound="EpisodeEnv[Any]")
+TaskT = TypeVar("TaskT", bound="Task[Any]")
+
+
+def split_sample_id(split: str, index: int) -> str:
+    return f"{split}-{index:06d}"
+
+
+def split_sample_ids(split: str, count: int) -> list[str]:
+    """The ids of a split whose samples are numbered 0 .. count - 1."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split '{split}' (splits: {', '.join(SPLITS)})")
+    return [split_sample_id(split, index) for index in range(count)]
+
+
+def parse_split_sample_id(sample_id: str) -> tuple[str, int]:
+    """(split, index) of an id made by `split_sample_id`; KeyError for any other id."""
+    split, _, number = sample_id.rpartition("-")
+    if split not in SPLITS or not number.isdigit():
+        raise KeyError(f"malformed sample id '{sample_id}' (expected "
+                       f"{' or '.join(split + '-NNNNNN' for split in SPLITS)})")
+    return split, int(number)
 
 
 @dataclass(frozen=True)
 class StepOutcome:
-    """What one round of a task produced."""
+    """What one round of an episode produced."""
 
     observation: str  # the next user message ("" when the episode ended)
     reward: float = 0.0
@@ -34,17 +65,18 @@ class StepOutcome:
     info: dict[str, Any] | None = None
 
 
-class Task(gymnasium.Env[str, str], ABC):
-    metadata: dict[str, Any] = {"render_modes": []}
-    observation_space = _TEXT_SPACE
-    action_space = _TEXT_SPACE
+class Task(ABC, Generic[EpisodeT]):
+    """A task family: its dataset and rules, built once per run from the config.
+
+    Attributes:
+        max_round: the most replies an episode takes; at the limit the episode is
+            truncated (status `task_limit_reached`).
+    """
 
     def __init__(self, max_round: int = 1) -> None:
         if max_round < 1:
             raise ValueError(f"max_round must be at least 1, got {max_round}")
         self.max_round = max_round
-        self.sample: Sample | None = None
-        self.round_index = 0
 
     # ---- samples -------------------------------------------------------------------
     @abstractmethod
@@ -58,20 +90,72 @@ class Task(gymnasium.Env[str, str], ABC):
             raise ValueError(f"asked for sample '{sample_id}', got '{sample.sample_id}'")
         return sample
 
+    # ---- episodes ------------------------------------------------------------------
+    @abstractmethod
+    def new_episode(self) -> EpisodeT:
+        """A fresh episode environment of this family; `reset` starts it on a sample."""
+
+    @final
+    def score_group(self, episodes: Sequence[Episode]) -> None:
+        """Adjust the rewards of a finished group (the completions of one sample).
+
+        For rewards that depend on the group or on what only the agent knows (token
+        lengths), and for state learnt from finished episodes: called once all of the
+        group's episodes have ended, before they are logged or trained on.
+        """
+        if any(episode.running for episode in episodes):
+            raise RuntimeError("score_group() called while an episode is still running")
+        self._score_group(episodes)
+
+    # ---- state and resources -------------------------------------------------------
+    def save_state(self, directory: Path) -> None:
+        """Write what a resumed run needs (state learnt from episodes) into `directory`
+        (empty, created by the loop and renamed into place atomically afterwards)."""
+
+    def restore_state(self, directory: Path) -> None:
+        """Read back what save_state wrote."""
+
+    def close(self) -> None:
+        """Release what the family holds. Safe to call twice."""
+
+    # ---- hooks ---------------------------------------------------------------------
     @abstractmethod
     def _get_sample(self, sample_id: str) -> Sample: ...
+
+    def _score_group(self, episodes: Sequence[Episode]) -> None:
+        """Hook: rewards over a finished group; by default each episode keeps its own."""
+
+
+class EpisodeEnv(gymnasium.Env[str, str], ABC, Generic[TaskT]):
+    """One running episode of `family`, reset on a sample and stepped with text replies.
+
+    Attributes:
+        family: the task family that handed it out (settings, samples, caches).
+        sample: the sample of the episode under way (None before the first reset).
+        round_index: replies stepped since the last reset.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+    observation_space = _TEXT_SPACE
+    action_space = _TEXT_SPACE
+
+    def __init__(self, family: TaskT) -> None:
+        self.family = family
+        self.sample: Sample | None = None
+        self.round_index = 0
 
     # ---- gymnasium API -------------------------------------------------------------
     @final
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Start an episode on options={'sample': Sample} or {'sample_id': id}."""
         super().reset(seed=seed)
         options = options or {}
         sample = options.get("sample")
         if sample is None:
             if "sample_id" not in options:
                 raise ValueError("reset needs options={'sample': Sample} or {'sample_id': id}")
-            sample = self.get_sample(options["sample_id"])
+            sample = self.family.get_sample(options["sample_id"])
         self.sample = sample
         self.round_index = 0
         observation = self._reset(sample)
@@ -85,7 +169,7 @@ class Task(gymnasium.Env[str, str], ABC):
         result = self._step(action)
         info = dict(result.info or {})
         info["outcome"] = result.outcome
-        truncated = not result.terminated and self.round_index >= self.max_round
+        truncated = not result.terminated and self.round_index >= self.family.max_round
         reward = result.reward
         if result.terminated:
             info["status"] = EpisodeStatus.COMPLETED
@@ -98,18 +182,6 @@ class Task(gymnasium.Env[str, str], ABC):
         return result.observation, reward, result.terminated, truncated, info
 
     @final
-    def score_group(self, episodes: Sequence[Episode]) -> None:
-        """Adjust the rewards of a finished group (the completions of one sample).
-
-        For rewards that depend on the group or on what only the agent knows (token
-        lengths): called once all of the group's episodes have ended, before they are
-        logged or trained on. Any task instance of the family may be asked.
-        """
-        if any(episode.running for episode in episodes):
-            raise RuntimeError("score_group() called while an episode is still running")
-        self._score_group(episodes)
-
-    @final
     def oracle_reply(self) -> str:
         """The reply an expert gives now, from the sample's reference solution."""
         if self.sample is None:
@@ -117,7 +189,7 @@ class Task(gymnasium.Env[str, str], ABC):
         return self._oracle_reply()
 
     def close(self) -> None:
-        """Release resources (sandboxes, connections). Safe to call twice."""
+        """Release the episode's resources (sandboxes, connections). Safe to call twice."""
 
     # ---- hooks ---------------------------------------------------------------------
     @abstractmethod
@@ -130,9 +202,6 @@ class Task(gymnasium.Env[str, str], ABC):
 
     @abstractmethod
     def _oracle_reply(self) -> str: ...
-
-    def _score_group(self, episodes: Sequence[Episode]) -> None:
-        """Hook: rewards over a finished group; by default each episode keeps its own."""
 
     def _at_round_limit(self) -> tuple[Outcome, float]:
         """Outcome and reward when the round limit ends the episode without an answer."""

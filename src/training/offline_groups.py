@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from src.training.policy_gradient import advantages
+from src.maths.groups import group_zscore
 
 ADVANTAGE_CLIP = 5.0
 
@@ -19,7 +19,7 @@ ADVANTAGE_CLIP = 5.0
 def group_advantages(scores: torch.Tensor, group_ids: torch.Tensor,
                      clip: float = ADVANTAGE_CLIP) -> torch.Tensor:
     """A_i = clip((s_i - mean_g) / (std_g + eps), -clip, clip): GRPO's z-score per group."""
-    return advantages(scores, group_ids, "grpo").clamp(-clip, clip)
+    return group_zscore(scores, group_ids).clamp(-clip, clip)
 
 
 def softmax_weights(scores: torch.Tensor, tau: float) -> torch.Tensor:
@@ -46,23 +46,6 @@ def curriculum_candidates(scores: Sequence[float], epoch: int, top_k: int = 3,
         return everyone
     best_first = sorted(everyone, key=lambda index: (-scores[index], index))
     return sorted(best_first[:top_k])
-
-
-def sequence_cross_entropy(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """CE(pi_theta, y_i) = -sum_t m_t logp_t: one value per row, summed over its tokens."""
-    return -(logp * mask).sum(-1)
-
-
-def rce_loss(logp: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor,
-             num_groups: int) -> torch.Tensor:
-    """L = (1 / num_groups) sum_g sum_{i in g} w_i CE(pi_theta, y_i).
-
-    Each row's weight comes from `softmax_weights` of its group, so a group's weights sum
-    to 1 and every group counts once however many candidates it has; dividing by the
-    number of groups of the whole mini-batch (not of this micro-batch) lets micro-batches
-    add up to the mini-batch's loss.
-    """
-    return (weights * sequence_cross_entropy(logp, mask)).sum() / max(num_groups, 1)
 
 
 def best_minus_worst(mean_token_logp: Sequence[float], scores: Sequence[float]) -> float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,14 @@ from src.language_models.instance.huggingface_lora_language_model import (
 from src.language_models.language_model import SamplingParams
 from src.records.episode import Episode, EpisodeStatus, Outcome, Sample
 from src.records.trajectory import Trajectory
+from src.training.checkpoints import CheckpointStore
+from src.training.settings import (
+    KLSettings,
+    MismatchSettings,
+    OptimizerSettings,
+    PPOSettings,
+    RewardSettings,
+)
 
 TRL_METRICS = {"reward", "reward_std", "frac_reward_zero_std", "kl", "entropy",
                "clip_ratio/low_mean", "clip_ratio/high_mean", "completions/mean_length",
@@ -30,12 +39,14 @@ def make_model(path: Path) -> HuggingfaceLoRALanguageModel:
 
 
 def sampled_episodes(model: HuggingfaceLoRALanguageModel, rewards: list[list[float]],
-                     max_new_tokens: int = 12) -> list[Episode]:
+                     max_new_tokens: int = 12, temperature: float = 1.0,
+                     top_p: float = 1.0) -> list[Episode]:
     """Episodes with real sampled trajectories: one group per row of `rewards`."""
     torch.manual_seed(2)
     prompts = [model.tokenizer(f"Question {index}: ", add_special_tokens=False)["input_ids"]
                for index in range(len(rewards))]
-    params = SamplingParams(n=len(rewards[0]), temperature=1.0, max_new_tokens=max_new_tokens)
+    params = SamplingParams(n=len(rewards[0]), temperature=temperature, top_p=top_p,
+                            max_new_tokens=max_new_tokens)
     episodes = []
     for index, (prompt, group) in enumerate(zip(prompts, model.generate(prompts, params),
                                                 strict=True)):
@@ -43,7 +54,8 @@ def sampled_episodes(model: HuggingfaceLoRALanguageModel, rewards: list[list[flo
             trajectory = Trajectory()
             trajectory.append_context(prompt)
             trajectory.append_sampled(generation.token_ids, generation.logprobs,
-                                      generation.finish_reason, generation.policy_version)
+                                      generation.finish_reason, generation.policy_version,
+                                      temperature, top_p, max_new_tokens)
             episode = Episode(Sample(sample_id=f"s{index}"), slot, 0, task=None)  # type: ignore[arg-type]
             episode.trajectory, episode.reward = trajectory, rewards[index][slot]
             episode.status = EpisodeStatus.COMPLETED
@@ -62,12 +74,14 @@ def test_splitting_into_micro_batches_gives_the_same_update(tiny_model_path: Pat
     for budget in (None, 16):  # one micro-batch, or rows of ~12-20 tokens one by one
         model = make_model(tiny_model_path)
         episodes = sampled_episodes(model, [[1.0, 0.0, 0.5], [0.0, 0.2, 1.0]])
-        callback = RLTrainingCallback(model, learning_rate=1e-2, kl_coef=0.1,
-                                      entropy_coeff=0.01, micro_batch_max_tokens=budget)
+        callback = RLTrainingCallback(
+            model, learning_rate=1e-2, kl=KLSettings(coef=0.1),
+            ppo=PPOSettings(entropy_coeff=0.01),
+            optimizer=OptimizerSettings(micro_batch_max_tokens=budget))
         callback.on_run_start(1)
-        rows = list(range(len(episodes)))
-        tokens = callback._token_batch(episodes)
-        assert len(callback._micro_batches(rows, tokens)) == (1 if budget is None else 6)
+        rows = callback._token_rows([episode.trajectory for episode in episodes])
+        micro_batches = callback.learner.micro_batches(rows, range(len(episodes)))
+        assert len(micro_batches) == (1 if budget is None else 6)
         callback.on_batch_end(BatchContext(0, episodes, 3))
         results.append(adapter(model))
     whole, split = results
@@ -78,11 +92,14 @@ def test_splitting_into_micro_batches_gives_the_same_update(tiny_model_path: Pat
 def test_metrics_carry_trl_names(tiny_model_path: Path) -> None:
     model = make_model(tiny_model_path)
     episodes = sampled_episodes(model, [[1.0, 0.0], [0.5, 0.5]])
-    callback = RLTrainingCallback(model, kl_coef=0.05)
+    callback = RLTrainingCallback(model, kl=KLSettings(coef=0.05))
     callback.on_run_start(1)
     metrics = callback.on_batch_end(BatchContext(0, episodes, 2))
     assert set(metrics) >= TRL_METRICS
     assert metrics["reward"] == pytest.approx(0.5)
+    # TRL's reward_std: the mean over groups of each group's std ([1, 0] and [0.5, 0.5])
+    assert metrics["reward_std"] == pytest.approx(math.sqrt(0.5) / 2)
+    assert metrics["reward_std/batch"] == pytest.approx(torch.tensor([1.0, 0, 0.5, 0.5]).std().item())
     assert metrics["frac_reward_zero_std"] == pytest.approx(0.5)  # the [0.5, 0.5] group
     assert metrics["logprob_diff/sampler_trainer"] < 1e-3  # same weights sampled and scored
     assert metrics["policy_version"] == 1.0 and model.policy_version == 1
@@ -90,8 +107,9 @@ def test_metrics_carry_trl_names(tiny_model_path: Path) -> None:
 
 def test_outcome_rewards_map_statuses(tiny_model_path: Path) -> None:
     model = make_model(tiny_model_path)
-    callback = RLTrainingCallback(model, reward_from="outcome", reward_correct=1.0,
-                                  reward_incorrect=-0.1, reward_timeout=-0.3)
+    callback = RLTrainingCallback(model, reward=RewardSettings(source="outcome"),
+                                  reward_correct=1.0, reward_incorrect=-0.1,
+                                  reward_timeout=-0.3)
     correct, wrong, timeout = sampled_episodes(model, [[1.0, 0.0, 0.0]])
     timeout.status = EpisodeStatus.TASK_LIMIT_REACHED
     assert [callback.episode_return(e) for e in (correct, wrong, timeout)] == [1.0, -0.1, -0.3]
@@ -102,11 +120,13 @@ def test_best_checkpoint_follows_the_metric(tiny_model_path: Path, tmp_path: Pat
     callback = RLTrainingCallback(model, learning_rate=1e-2, best_metric="reward")
     callback.on_run_start(3)
     state = tmp_path / "callback_state" / "rl"
+    store = CheckpointStore(state)
     for step, rewards in enumerate([[[0.0, 1.0]], [[1.0, 1.0]], [[0.0, 0.0]]], start=1):
         callback.on_batch_end(BatchContext(step - 1, sampled_episodes(model, rewards), 2))
-        folder = state / f"checkpoint-{step:06d}"
-        folder.mkdir(parents=True)
-        callback.save_state(folder)
+        with store.write(step) as folder:
+            callback.save_state(folder)
+        assert not (state / "best").exists() or step > 1  # only after the commit
+        store.promote_best(step)  # what the loop does once the batch is committed
     best = json.loads((state / "best" / "best.json").read_text())
     assert best == {"metric": "reward", "value": 1.0, "step": 2}
     saved = (state / "best" / "lora_weights" / "adapter_model.safetensors").read_bytes()
@@ -116,15 +136,16 @@ def test_best_checkpoint_follows_the_metric(tiny_model_path: Path, tmp_path: Pat
 
 def test_cosine_schedule_counts_mini_batches_and_epochs(tiny_model_path: Path) -> None:
     model = make_model(tiny_model_path)
-    callback = RLTrainingCallback(model, learning_rate=1e-3, lr_schedule="cosine",
-                                  warmup_ratio=0.0, ppo_epochs=2, mini_batch_size=2)
+    callback = RLTrainingCallback(
+        model, optimizer=OptimizerSettings(learning_rate=1e-3, lr_schedule="cosine"),
+        ppo=PPOSettings(epochs=2, mini_batch_size=2))
     callback.on_run_start(3, episodes_per_batch=4)  # 3 batches x 2 epochs x 2 mini-batches
     learning_rates = []
     for batch in range(3):
         callback.on_batch_end(BatchContext(batch, sampled_episodes(model, [[0.0, 1.0, 0.5, 1.0]]),
                                            4))
-        learning_rates.append(callback.optimizer.param_groups[0]["lr"])
-    assert callback.step == 12
+        learning_rates.append(callback.learner.optimizer.param_groups[0]["lr"])
+    assert callback.learner.step == 12
     assert learning_rates[1] > 0  # half-way through, not already at the end
     assert learning_rates[2] == pytest.approx(0.0, abs=1e-12)
 
@@ -139,3 +160,133 @@ def test_samples_older_than_the_staleness_bound_are_dropped(tiny_model_path: Pat
     assert metrics["policy_staleness/max"] == 1.0
     assert metrics["policy_staleness/dropped"] == 4.0
     assert metrics["skipped_batches"] == 1.0
+
+
+def perturb_adapter(model: HuggingfaceLoRALanguageModel, scale: float = 0.5) -> None:
+    """Give lora_B non-zero values, so that the adapter (and its dropout) changes outputs."""
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for name, parameter in model.model.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * scale)
+
+
+def test_trainer_scores_under_the_temperature_the_sampler_used(tiny_model_path: Path) -> None:
+    """One temperature, from the trajectories: the callback once had its own (default 1.0),
+    and an agent sampling at 0.7 gave first-epoch PPO ratios of 0.4-4.6."""
+    model = make_model(tiny_model_path)
+    episodes = sampled_episodes(model, [[1.0, 0.0], [0.5, 0.0]], temperature=0.7)
+    callback = RLTrainingCallback(model)
+    callback.on_run_start(1)
+    metrics = callback.on_batch_end(BatchContext(0, episodes, 2))
+    assert metrics["logprob_diff/sampler_trainer"] < 1e-3
+
+
+def test_top_p_below_one_is_refused(tiny_model_path: Path) -> None:
+    model = make_model(tiny_model_path)
+    episodes = sampled_episodes(model, [[1.0, 0.0]], top_p=0.9)
+    callback = RLTrainingCallback(model)
+    callback.on_run_start(1)
+    with pytest.raises(ValueError, match="top_p"):
+        callback.on_batch_end(BatchContext(0, episodes, 2))
+
+
+def test_lora_dropout_is_off_while_the_update_scores(tiny_model_path: Path) -> None:
+    torch.manual_seed(1)
+    model = HuggingfaceLoRALanguageModel(str(tiny_model_path), lora_config=LoRASettings(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.5))
+    perturb_adapter(model)
+    episodes = sampled_episodes(model, [[1.0, 0.0], [0.5, 0.0]])
+    callback = RLTrainingCallback(model)
+    callback.on_run_start(1)
+    metrics = callback.on_batch_end(BatchContext(0, episodes, 2))
+    assert metrics["logprob_diff/sampler_trainer"] < 1e-3
+
+
+def test_dr_grpo_divides_by_the_generation_budget(tiny_model_path: Path) -> None:
+    """seq-mean-token-sum-norm once divided by each mini-batch's longest completion."""
+    model = make_model(tiny_model_path)
+    episodes = sampled_episodes(model, [[1.0, 0.0, 0.0]], max_new_tokens=12)
+    for episode in episodes:  # as if the budget had been 20 and the replies stopped at 12
+        episode.trajectory.max_new_tokens = 20
+    lengths = [episode.trajectory.completion_token_count for episode in episodes]
+    callback = RLTrainingCallback(model, algorithm="dr_grpo",
+                                  ppo=PPOSettings(aggregation="seq-mean-token-sum-norm"))
+    callback.on_run_start(1)
+    metrics = callback.on_batch_end(BatchContext(0, episodes, 3))
+    advantages = torch.tensor([2 / 3, -1 / 3, -1 / 3])
+    # at ratio 1 the loss is -sum_i A_i |y_i| / (G * budget)
+    expected = -(advantages * torch.tensor(lengths, dtype=torch.float32)).sum() / (3 * 20)
+    assert metrics["loss"] == pytest.approx(expected.item(), abs=1e-3)
+
+
+def test_kl_in_reward_leaves_groups_with_equal_task_returns_at_zero(tiny_model_path: Path) -> None:
+    """An all-correct group once got advantages up to +-1.4 from KL noise alone."""
+    model = make_model(tiny_model_path)
+    perturb_adapter(model)  # KL to the base model differs between the group's members
+    episodes = sampled_episodes(model, [[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    callback = RLTrainingCallback(model, kl=KLSettings(coef=0.5, in_reward=True))
+    callback.on_run_start(1)
+    metrics = callback.on_batch_end(BatchContext(0, episodes, 3))
+    assert metrics["reward"] == pytest.approx(4 / 6)  # the task's returns, not penalised
+    assert metrics["frac_reward_zero_std"] == pytest.approx(0.5)
+    assert metrics["reward/with_kl_penalty"] < metrics["reward"]
+
+
+def test_clip_settings_are_checked() -> None:
+    for bad in ({"dual_clip": 1.0}, {"clip_ratio_low": 1.0}, {"clip_ratio_low": -0.1},
+                {"clip_ratio_high": -0.2}):
+        with pytest.raises(ValueError, match="clip"):
+            PPOSettings(**bad)
+
+
+def test_a_setting_given_flat_and_grouped_must_agree(tiny_model_path: Path) -> None:
+    model = make_model(tiny_model_path)
+    with pytest.raises(ValueError, match="optimizer.learning_rate"):
+        RLTrainingCallback(model, learning_rate=1e-3,
+                           optimizer=OptimizerSettings(learning_rate=1e-4))
+    callback = RLTrainingCallback(model, learning_rate=1e-3, reward_weight=2.0)
+    assert callback.optimizer_settings.learning_rate == 1e-3
+    assert callback.reward.weight == 2.0
+
+
+def test_kl_reference_can_be_the_adapter_the_run_started_from(tiny_model_path: Path,
+                                                               tmp_path: Path) -> None:
+    start = make_model(tiny_model_path)
+    perturb_adapter(start)  # e.g. an SFT adapter
+    start.save_adapter(tmp_path / "sft")
+    kls = {}
+    for reference in ("base", "initial_adapter"):
+        torch.manual_seed(1)
+        model = HuggingfaceLoRALanguageModel(
+            str(tiny_model_path), adapter_path=str(tmp_path / "sft"),
+            lora_config=LoRASettings(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+        episodes = sampled_episodes(model, [[1.0, 0.0], [0.5, 0.0]])
+        callback = RLTrainingCallback(model, kl=KLSettings(coef=0.1, reference=reference))
+        callback.on_run_start(1)
+        kls[reference] = callback.on_batch_end(BatchContext(0, episodes, 2))["kl"]
+    assert abs(kls["initial_adapter"]) < 1e-4  # the policy has not moved from its start yet
+    assert kls["base"] > 1e-3
+
+
+def test_mismatch_correction_weights_and_metrics(tiny_model_path: Path) -> None:
+    model = make_model(tiny_model_path)
+    episodes = sampled_episodes(model, [[1.0, 0.0], [0.5, 0.0]])
+    generator = torch.Generator().manual_seed(3)
+    for episode in episodes:  # a sampler that disagrees with the trainer (bf16, vLLM)
+        trajectory = episode.trajectory
+        trajectory.sampling_logprobs = [
+            value + (float(torch.randn(1, generator=generator)) if mask else 0.0)
+            for value, mask in zip(trajectory.sampling_logprobs, trajectory.loss_mask,
+                                   strict=True)]
+    callback = RLTrainingCallback(model, mismatch=MismatchSettings(
+        old_logprobs="trainer", correction="tis", threshold=2.0))
+    callback.on_run_start(1)
+    metrics = callback.on_batch_end(BatchContext(0, episodes, 2))
+    assert {"mismatch/kl", "mismatch/k3", "mismatch/is_ratio_mean", "mismatch/corrected_frac",
+            "mismatch/ess"} <= set(metrics)
+    assert 0.0 < metrics["mismatch/corrected_frac"] < 1.0
+    assert 0.0 < metrics["mismatch/ess"] <= 1.0
+    assert metrics["logprob_diff/sampler_trainer"] > 0.3
+    with pytest.raises(ValueError, match="old_logprobs: trainer"):
+        MismatchSettings(correction="mis")

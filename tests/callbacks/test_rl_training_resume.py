@@ -46,11 +46,9 @@ assignment_config:
         language_model: policy
         algorithm: grpo
         learning_rate: 1e-2
-        ppo_epochs: 2
-        mini_batch_size: 2
-        kl_coef: 0.01
-        lr_schedule: cosine
-        warmup_ratio: 0.25
+        ppo: {{epochs: 2, mini_batch_size: 2}}
+        kl: {{coef: 0.01}}
+        optimizer: {{lr_schedule: cosine, warmup_ratio: 0.25}}
 """
 
 

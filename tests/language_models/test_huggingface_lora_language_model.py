@@ -104,6 +104,7 @@ def test_saved_adapter_reloads_to_identical_outputs(model, tmp_path: Path) -> No
     with torch.no_grad():
         after = other.score(batch).logprobs
     assert torch.equal(before, after)
+    assert other.policy_version == 0  # a constructor's adapter is version 0
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
@@ -127,9 +128,9 @@ def test_multi_turn_trajectory_is_what_the_model_was_fed(model) -> None:
     fed: list[list[list[int]]] = []
     original = model.generate
 
-    def recording_generate(prompts, params):
+    def recording_generate(prompts, params, seed=None):
         fed.append([list(p) for p in prompts])
-        return original(prompts, params)
+        return original(prompts, params, seed)
 
     model.generate = recording_generate
     try:

@@ -71,6 +71,9 @@ def test_pool_samples_with_the_trainers_adapter_and_version(ray_cluster, trainer
             expected = trainer.sequence_logprobs([sequence])[0][len(prompt):]
             assert max(abs(a - b) for a, b in zip(expected, samples[0].logprobs,
                                                   strict=True)) < 1e-4
+        # a seed fixes the draws of every engine
+        assert [[g.token_ids for g in s] for s in pool.generate(prompts, params, seed=3)] == \
+            [[g.token_ids for g in s] for s in pool.generate(prompts, params, seed=3)]
 
 
 def test_staleness_bound_delays_sync(ray_cluster, trainer):

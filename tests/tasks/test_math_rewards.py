@@ -98,8 +98,9 @@ def test_gsm8k_gold_answers_score_one(shared_data: Path) -> None:
     for row, sample_id in zip(rows, list(task.sample_ids("train")) + list(
             task.sample_ids("validation")), strict=True):
         gold = gsm8k_final_answer(row["answer"])
-        task.reset(options={"sample_id": sample_id})
-        _, reward, terminated, _, info = task.step(f"The answer is \\boxed{{{gold}}}.")
+        environment = task.new_episode()
+        environment.reset(options={"sample_id": sample_id})
+        _, reward, terminated, _, info = environment.step(f"The answer is \\boxed{{{gold}}}.")
         assert reward == 1.0 and terminated, (sample_id, gold)
 
 

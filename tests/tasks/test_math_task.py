@@ -15,11 +15,13 @@ from src.tasks.instance.math_problems.verl_reward import CustomRewardFunction
 
 
 def finished_episode(task: MathProblemsTask, reply: str, completion_tokens: int) -> Episode:
-    observation, _ = task.reset(options={"sample_id": "train-000000"})
-    episode = Episode(task.sample, 0, 0, task)  # type: ignore[arg-type]
+    environment = task.new_episode()
+    observation, _ = environment.reset(options={"sample_id": "train-000000"})
+    assert environment.sample is not None
+    episode = Episode(environment.sample, 0, 0, environment)
     episode.add_message(Role.USER, observation)
     episode.add_message(Role.AGENT, reply)
-    _, episode.reward, _, _, info = task.step(reply)
+    _, episode.reward, _, _, info = environment.step(reply)
     episode.status, episode.outcome = EpisodeStatus(info.pop("status")), Outcome(info.pop("outcome"))
     episode.info.update(info)
     episode.trajectory = Trajectory()
@@ -29,18 +31,20 @@ def finished_episode(task: MathProblemsTask, reply: str, completion_tokens: int)
 
 def test_wrong_answers_get_retries_until_the_round_limit() -> None:
     task = MathProblemsTask(max_round=3, reward_weights={"accuracy": 0.9, "boxed_number": 0.1})
-    task.reset(options={"sample_id": "train-000000"})
-    gold = task.sample.data["answer"]
-    observation, reward, terminated, truncated, info = task.step("\\boxed{-1}")
+    environment = task.new_episode()
+    environment.reset(options={"sample_id": "train-000000"})
+    gold = task.get_sample("train-000000").data["answer"]
+    observation, reward, terminated, truncated, info = environment.step("\\boxed{-1}")
     assert (observation, reward, terminated, truncated) == (task.retry_message, 0.0, False, False)
     assert info["status"] == EpisodeStatus.RUNNING
-    _, reward, terminated, _, info = task.step(f"\\boxed{{{gold}}}")
+    _, reward, terminated, _, info = environment.step(f"\\boxed{{{gold}}}")
     assert terminated and reward == pytest.approx(1.0) and info["outcome"] == Outcome.CORRECT
 
-    task.reset(options={"sample_id": "train-000000"})
+    environment = task.new_episode()
+    environment.reset(options={"sample_id": "train-000000"})
     for _ in range(2):
-        task.step("no idea")
-    _, reward, terminated, truncated, info = task.step("\\boxed{-1}")
+        environment.step("no idea")
+    _, reward, terminated, truncated, info = environment.step("\\boxed{-1}")
     # the last try is a final answer: the episode completes, incorrect
     assert terminated and not truncated and info["status"] == EpisodeStatus.COMPLETED
     assert info["outcome"] == Outcome.INCORRECT
@@ -112,8 +116,9 @@ def test_parquet_file_with_fast_math_r1_columns(tmp_path: Path) -> None:
                             answer_key="solution", num_validation=1)
     assert list(task.sample_ids("train")) == ["train-000000", "train-000001"]
     assert task.get_sample("validation-000000").data == {"question": "1 + 1?", "answer": "2"}
-    task.reset(options={"sample_id": "train-000001"})
-    _, reward, _, _, _ = task.step("It is \\boxed{4.5}")
+    environment = task.new_episode()
+    environment.reset(options={"sample_id": "train-000001"})
+    _, reward, _, _, _ = environment.step("It is \\boxed{4.5}")
     assert reward == 1.0  # math-verify: 4.5 equals 9/2
 
 

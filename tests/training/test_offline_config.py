@@ -76,7 +76,7 @@ def test_evaluation_agent_must_name_the_trained_model(tmp_path: Path) -> None:
 def test_dry_run_dispatches_on_the_top_level_key(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--config_path", str(write(tmp_path, VALID)), "--dry_run"]) == 0
-    assert "dry run: the offline training config is valid" in capsys.readouterr().out
+    assert "dry run: the config is valid" in capsys.readouterr().out
     bad = write(tmp_path, VALID.replace("output_dir:", "output_dri:"))
     assert main(["--config_path", str(bad), "--dry_run"]) == 2
     assert "offline_training_config.output_dri" in capsys.readouterr().err

@@ -5,18 +5,21 @@ from __future__ import annotations
 import pytest
 import torch
 
+from src.language_models.language_model import ScoredTokens, TokenBatch
+from src.maths.groups import EPS
 from src.offline_training.config import GRPOConfig
 from src.offline_training.trainer import is_new_best
 from src.training.kl_control import KLController
+from src.training.objectives import CrossEntropyObjective, MiniBatchTotals
 from src.training.offline_groups import (
     best_minus_worst,
     curriculum_candidates,
     group_advantages,
-    rce_loss,
     rce_tau,
     softmax_weights,
 )
-from src.training.policy_gradient import EPS
+from src.training.token_metrics import TokenMetrics
+from src.training.token_rows import TokenRows
 
 
 def test_softmax_weights_at_the_warmup_temperatures() -> None:
@@ -70,16 +73,27 @@ def test_group_z_score_and_clip() -> None:
     assert group_advantages(scores, groups, clip=1.0)[0].item() == pytest.approx(1.0)
 
 
+def _rce(logp: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor,
+         num_groups: int, total_tokens: float) -> float:
+    """The RCE warm-up loss as the offline trainer asks the training core for it."""
+    rows = TokenRows(TokenBatch(torch.zeros_like(mask, dtype=torch.long),
+                                torch.ones_like(mask, dtype=torch.long), mask),
+                     row_weights=weights)
+    objective = CrossEntropyObjective("seq-mean-token-sum", num_sequences=num_groups)
+    totals = MiniBatchTotals(num_sequences=3, num_tokens=total_tokens, longest_completion=2)
+    return objective(rows, ScoredTokens(logp, None), totals, TokenMetrics()).item()
+
+
 def test_rce_loss_weights_sequence_cross_entropy_and_averages_groups() -> None:
     logp = torch.tensor([[0.0, -1.0, -2.0], [0.0, -0.5, 0.0], [0.0, -3.0, -1.0]])
     mask = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 0.0], [0.0, 1.0, 1.0]])
     weights = torch.tensor([0.25, 0.75, 1.0])  # rows 0, 1 form a group; row 2 another
     # CE = 3, 0.5, 4 -> group 0: 0.25*3 + 0.75*0.5 = 1.125; group 1: 4; mean 2.5625
-    assert rce_loss(logp, mask, weights, num_groups=2).item() == pytest.approx(2.5625)
+    assert _rce(logp, mask, weights, 2, 5.0) == pytest.approx(2.5625)
     # micro-batches add up to the mini-batch's loss
-    parts = (rce_loss(logp[:2], mask[:2], weights[:2], num_groups=2)
-             + rce_loss(logp[2:], mask[2:], weights[2:], num_groups=2))
-    assert parts.item() == pytest.approx(2.5625)
+    parts = (_rce(logp[:2], mask[:2], weights[:2], 2, 5.0)
+             + _rce(logp[2:], mask[2:], weights[2:], 2, 5.0))
+    assert parts == pytest.approx(2.5625)
 
 
 def test_best_minus_worst_margin() -> None:

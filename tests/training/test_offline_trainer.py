@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,10 +16,11 @@ from src.language_models.instance.huggingface_lora_language_model import (
 )
 from src.language_models.language_model import TokenBatch
 from src.offline_training.groups import ScoredGroup, tokenize_groups
-from src.offline_training.trainer import MARGIN, OfflineGroupTrainer
+from src.offline_training.trainer import MARGIN
 from src.records.chat import ChatMessage
 from src.records.episode import EpisodeRecord
 from src.run_experiment import main
+from src.training.learner import Learner, StepResult
 
 CONFIG = """\
 offline_training_config:
@@ -96,10 +98,14 @@ def test_warmup_then_grpo_writes_checkpoints_best_and_metrics(straight_run: Path
     state = output / "training_state"
     assert sorted(path.name for path in state.glob("checkpoint-*")) == [
         "checkpoint-000001", "checkpoint-000002", "checkpoint-000003"]
-    for epoch in (1, 2, 3):
-        assert {path.name for path in (state / f"checkpoint-{epoch:06d}").iterdir()} == {
-            "lora_weights", "optimizer_state.pt", "rng_state.pt", "trainer_state.json"}
     best = json.loads((state / "best" / "best.json").read_text())
+    marked = []  # checkpoints that were a new best when written
+    for epoch in (1, 2, 3):  # the layout of every pipeline's checkpoints
+        names = {path.name for path in (state / f"checkpoint-{epoch:06d}").iterdir()}
+        assert names - {"best.json"} == {
+            "lora_weights", "optimizer_state.pt", "rng_state.pt", "training_step.json"}
+        marked += [epoch] if "best.json" in names else []
+    assert marked[-1] == best["epoch"]
     assert (state / "best" / "lora_weights" / "adapter_model.safetensors").is_file()
 
     rows = [json.loads(line) for line in (output / "metrics.jsonl").open()]
@@ -162,11 +168,11 @@ def test_interrupted_run_resumes_to_the_same_adapter(tiny_model_path: Path, tmp_
                                                      interrupted_epoch: int) -> None:
     config = write_config(tmp_path, "resumed", tiny_model_path)
 
-    original_step = OfflineGroupTrainer._step
+    original_update = Learner.update
     steps = []
 
-    def step_then_crash(self: OfflineGroupTrainer) -> tuple[float, float]:
-        result = original_step(self)
+    def step_then_crash(self: Learner, *arguments: Any, **keywords: Any) -> StepResult:
+        result = original_update(self, *arguments, **keywords)
         steps.append(1)
         # 3 steps an epoch: crash after the first step of the interrupted epoch
         if len(steps) == 3 * (interrupted_epoch - 1) + 1:
@@ -174,7 +180,7 @@ def test_interrupted_run_resumes_to_the_same_adapter(tiny_model_path: Path, tmp_
         return result
 
     with monkeypatch.context() as patch:
-        patch.setattr(OfflineGroupTrainer, "_step", step_then_crash)
+        patch.setattr(Learner, "update", step_then_crash)
         with pytest.raises(KeyboardInterrupt):
             run(config)
     output = tmp_path / "resumed"

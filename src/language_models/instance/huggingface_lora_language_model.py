@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
@@ -23,11 +23,13 @@ from src.language_models.embedded_model import DEFAULT_MODEL, resolve_model_path
 from src.language_models.grouped_attention import GROUPED_SDPA
 from src.language_models.kv_cache import growing_cache
 from src.language_models.language_model import (
+    EnginePlacement,
     Generation,
     SamplingParams,
     ScoredTokens,
     TokenBatch,
     TrainableLanguageModel,
+    role_dict_with_defaults,
 )
 from src.language_models.prefix_cache import CachedPrefix, PrefixCache
 
@@ -112,13 +114,11 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         attn_implementation: str = "auto",
     ) -> None:
         self.model_name_or_path = model_name_or_path
-        role_dict = {key.lower(): value for key, value in (role_dict or {}).items()}
-        self.role_dict = {"user": role_dict.get("user", "user"),
-                          "agent": role_dict.get("agent", "assistant")}
+        self._role_dict = role_dict_with_defaults(role_dict)
         self.lora_settings = lora_config or LoRASettings()
         self.prefix_caching = prefix_caching
         self._prefix_cache = PrefixCache()
-        self.device = _choose_device(device)
+        self._device = _choose_device(device)
         self.dtype = _choose_dtype(dtype, self.device)
         path = resolve_model_path(model_name_or_path)
         self._tokenizer = AutoTokenizer.from_pretrained(path)
@@ -135,13 +135,21 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
             lora_dropout=settings.lora_dropout, bias=settings.bias, task_type=settings.task_type,
             init_lora_weights=True))  # B = 0: the policy starts exactly at the base model
         if adapter_path is not None:
-            self.load_adapter(Path(adapter_path))
+            self.load_adapter(Path(adapter_path), 0)
         self._max_context = max_context_tokens or int(
             getattr(base.config, "max_position_embeddings", 4096))
-        self._policy_version = 0
-        pad = self._tokenizer.pad_token_id
-        self.pad_id = pad if pad is not None else self._tokenizer.eos_token_id
         self.eval_mode()
+
+    @classmethod
+    def parameters_for_pool(cls, trainer: TrainableLanguageModel,
+                            placement: EnginePlacement) -> dict[str, Any]:
+        if not isinstance(trainer, HuggingfaceLoRALanguageModel):
+            raise TypeError(f"a {cls.__name__} engine copies the model and LoRA shape of a "
+                            f"HuggingfaceLoRALanguageModel trainer, not {type(trainer).__name__}")
+        return {"model_name_or_path": trainer.model_name_or_path,
+                "role_dict": trainer.role_dict, "lora_config": trainer.lora_settings,
+                "device": "cuda" if placement.gpus_per_engine else "cpu",
+                "max_context_tokens": trainer.max_context_tokens}
 
     # ---- LanguageModel -------------------------------------------------------------
     @property
@@ -153,16 +161,19 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         return self._max_context
 
     @property
-    def policy_version(self) -> int:
-        return self._policy_version
+    def role_dict(self) -> dict[str, str]:
+        return self._role_dict
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
 
     def mark_updated(self) -> None:
-        self._prefix_cache.clear()
-        self._policy_version += 1
+        self.set_policy_version(self.policy_version + 1)
 
     def set_policy_version(self, version: int) -> None:
-        self._prefix_cache.clear()
-        self._policy_version = version
+        self._prefix_cache.clear()  # cached keys and values are of the old weights
+        super().set_policy_version(version)
 
     def end_of_turn_ids(self) -> tuple[int, ...]:
         ids = set(super().end_of_turn_ids())
@@ -172,11 +183,13 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         return tuple(sorted(ids))
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]],
-                 params: SamplingParams) -> list[list[Generation]]:
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                 seed: int | None = None) -> list[list[Generation]]:
         rows = [list(prompt) for prompt in prompts for _ in range(params.n)]
         if not rows:
             return []
+        if seed is not None:  # the sampler draws from torch's global generator
+            torch.manual_seed(seed)
         was_training = self.model.training
         self.model.eval()  # LoRA dropout off while sampling
         try:
@@ -234,7 +247,7 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
             next_position = next_position + 1
         if self.prefix_caching:
             self._prefix_cache.replace(ends)
-        version = self._policy_version
+        version = self.policy_version
         return [Generation(sampled[i], logprobs[i], finish[i], version)  # type: ignore[arg-type]
                 for i in range(len(rows))]
 
@@ -320,13 +333,13 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
     def save_adapter(self, directory: Path) -> None:
         self.model.save_pretrained(str(directory))
 
-    def load_adapter(self, directory: Path) -> None:
-        self._prefix_cache.clear()
+    def load_adapter(self, directory: Path, version: int) -> None:
         weights = load_peft_weights(str(directory), device=str(self.device))
         result = set_peft_model_state_dict(self.model, weights)
         if result.unexpected_keys:
             raise ValueError(f"adapter at {directory} does not fit this model: unexpected "
                              f"keys {result.unexpected_keys[:3]}")
+        self.set_policy_version(version)
 
     def train_mode(self) -> None:
         self._prefix_cache.clear()  # the weights are about to change
@@ -339,6 +352,6 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
     def save_lora(self, directory: str | Path) -> None:
         self.save_adapter(Path(directory))
 
-    def _inference_with_logprobs(self, prompts: Sequence[Sequence[int]],
-                                 params: SamplingParams) -> list[list[Generation]]:
-        return self.generate(prompts, params)
+    def _inference_with_logprobs(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                                 seed: int | None = None) -> list[list[Generation]]:
+        return self.generate(prompts, params, seed)

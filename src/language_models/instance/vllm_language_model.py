@@ -9,13 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from src.language_models.embedded_model import DEFAULT_MODEL, resolve_model_path
-from src.language_models.language_model import Generation, LanguageModel, SamplingParams
+from src.language_models.language_model import (
+    EnginePlacement,
+    Generation,
+    InferenceEngine,
+    SamplingParams,
+    TrainableLanguageModel,
+    role_dict_with_defaults,
+)
 
 
-class VLLMLanguageModel(LanguageModel):
+class VLLMLanguageModel(InferenceEngine):
+    supports_tensor_parallel: ClassVar[bool] = True
+
     def __init__(
         self,
         model_name_or_path: str = DEFAULT_MODEL,
@@ -37,9 +46,7 @@ class VLLMLanguageModel(LanguageModel):
             # the KV cache, and several engines may share one machine.
             gpu_memory_utilization = 0.85 if torch.cuda.is_available() else 0.15
 
-        role_dict = {key.lower(): value for key, value in (role_dict or {}).items()}
-        self.role_dict = {"user": role_dict.get("user", "user"),
-                          "agent": role_dict.get("agent", "assistant")}
+        self._role_dict = role_dict_with_defaults(role_dict)
         self._max_model_len = max_model_len
         self._engine = LLM(
             model=resolve_model_path(model_name_or_path), dtype=dtype,
@@ -52,7 +59,26 @@ class VLLMLanguageModel(LanguageModel):
             logprobs_mode="processed_logprobs")
         self._tokenizer = self._engine.get_tokenizer()
         self._lora_request = None
-        self._policy_version = 0
+
+    @classmethod
+    def parameters_for_pool(cls, trainer: TrainableLanguageModel,
+                            placement: EnginePlacement) -> dict[str, Any]:
+        # imported here: vLLM actors need not load PEFT's trainer module to start
+        from src.language_models.instance.huggingface_lora_language_model import (
+            HuggingfaceLoRALanguageModel,
+        )
+
+        if not isinstance(trainer, HuggingfaceLoRALanguageModel):
+            raise TypeError(f"a {cls.__name__} engine copies the model and LoRA rank of a "
+                            f"HuggingfaceLoRALanguageModel trainer, not {type(trainer).__name__}")
+        parameters: dict[str, Any] = {
+            "model_name_or_path": trainer.model_name_or_path, "role_dict": trainer.role_dict,
+            "max_lora_rank": trainer.lora_settings.r,
+            "tensor_parallel_size": placement.tensor_parallel_size}
+        if placement.tensor_parallel_size > 1:
+            # its k workers go in the placement group of the pool's actor
+            parameters["distributed_executor_backend"] = "ray"
+        return parameters
 
     @property
     def tokenizer(self):
@@ -63,15 +89,16 @@ class VLLMLanguageModel(LanguageModel):
         return self._max_model_len
 
     @property
-    def policy_version(self) -> int:
-        return self._policy_version
+    def role_dict(self) -> dict[str, str]:
+        return self._role_dict
 
     def load_adapter(self, directory: Path, version: int) -> None:
-        """Serve the PEFT adapter in `directory` from the next request on."""
+        """Serve the PEFT adapter in `directory` from the next request on (vLLM reads the
+        folder at the first request that names it)."""
         from vllm.lora.request import LoRARequest
 
         self._lora_request = LoRARequest(f"policy-v{version}", version + 1, str(directory))
-        self._policy_version = version
+        self.set_policy_version(version)
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                  seed: int | None = None) -> list[list[Generation]]:
@@ -96,13 +123,12 @@ class VLLMLanguageModel(LanguageModel):
                                              strict=True)],
                             finish_reason="length" if completion.finish_reason == "length"
                             else "stop",
-                            policy_version=self._policy_version)
+                            policy_version=self.policy_version)
                  for completion in output.outputs]
                 for output in outputs]
 
     def sequence_logprobs(self, sequences: Sequence[Sequence[int]],
                           temperature: float = 1.0) -> list[list[float]]:
-        """Log-prob of each token given the ones before it (the first token gets 0.0)."""
         from vllm import SamplingParams as VLLMSamplingParams
         from vllm.inputs import TokensPrompt
 

@@ -10,10 +10,14 @@ Failures: an engine whose actor dies, or that does not answer within
 `request_timeout_s`, is replaced by a fresh actor with the current adapter and its
 requests are sent again with the same seed; after `max_restarts` replacements the pool
 raises instead of retrying forever.
+
+Engines: any `InferenceEngine` class, named by a short name from `ENGINES` or by its
+dotted path; the class itself says how to build it from the trainer.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
 import math
@@ -26,14 +30,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import core_schema
 
 from src.language_models.language_model import (
+    EnginePlacement,
     Generation,
+    InferenceEngine,
     LanguageModel,
     SamplingParams,
     TrainableLanguageModel,
 )
-from src.language_models.rollout_pool.engine_actor import EngineActor, EngineKind
+from src.language_models.rollout_pool.engine_actor import EngineActor
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +49,47 @@ logger = logging.getLogger(__name__)
 PROBE_CHAT = [{"role": "user", "content": "What is 2 + 3? Put the answer in \\boxed{}."},
               {"role": "assistant", "content": "2 + 3 = 5, so the answer is \\boxed{5}."}]
 REPO_ROOT = Path(__file__).resolve().parents[3]
+# The short names configs use for `engine`; any other engine is named by its dotted path.
+ENGINES: dict[str, str] = {
+    "hf": "src.language_models.instance.huggingface_lora_language_model"
+          ".HuggingfaceLoRALanguageModel",
+    "vllm": "src.language_models.instance.vllm_language_model.VLLMLanguageModel",
+}
+
+
+def engine_class(engine: str) -> type[InferenceEngine]:
+    """The engine class a short name from ENGINES or a dotted path 'package.module.Class'
+    names. Importing its module is cheap for the shipped engines: vLLM itself is imported
+    only when an engine is built."""
+    path = ENGINES.get(engine, engine)
+    module_name, _, name = path.rpartition(".")
+    if not module_name:
+        raise ValueError(f"engine '{engine}' is neither a short name ({', '.join(ENGINES)}) "
+                         "nor a dotted path 'package.module.Class'")
+    try:
+        found = getattr(importlib.import_module(module_name), name, None)
+    except ImportError as error:
+        raise ValueError(f"engine '{engine}': cannot import {module_name}: {error}") from error
+    if not (inspect.isclass(found) and issubclass(found, InferenceEngine)):
+        raise ValueError(f"engine '{engine}' names {found!r}, not an InferenceEngine subclass")
+    return found
+
+
+class EngineName(str):
+    """An `engine` value, checked when the config is read (before any weights load) by
+    importing the class it names. A str subclass rather than `Annotated[str, validator]`:
+    the config reads constructor hints without their `Annotated` metadata."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any,
+                                     handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(cls._checked,
+                                                            core_schema.str_schema())
+
+    @staticmethod
+    def _checked(engine: str) -> str:
+        engine_class(engine)
+        return engine
 
 
 class EngineFailure(RuntimeError):
@@ -51,7 +100,7 @@ class RolloutPool(LanguageModel):
     def __init__(
         self,
         trainer: TrainableLanguageModel,
-        engine: EngineKind = "hf",
+        engine: EngineName = "hf",
         num_engines: int = 2,
         tensor_parallel_size: int = 1,
         gpus_per_engine: int = 0,
@@ -66,10 +115,11 @@ class RolloutPool(LanguageModel):
     ) -> None:
         if num_engines < 1:
             raise ValueError(f"num_engines must be at least 1, got {num_engines}")
-        if tensor_parallel_size > 1 and engine != "vllm":
-            raise ValueError("tensor_parallel_size > 1 needs engine: vllm")
+        self.engine_class = engine_class(engine)
+        if tensor_parallel_size > 1 and not self.engine_class.supports_tensor_parallel:
+            raise ValueError(f"tensor_parallel_size > 1 needs an engine that shards over GPUs "
+                             f"(vllm); {self.engine_class.__name__} does not")
         self.trainer = trainer
-        self.engine = engine
         self.num_engines = num_engines
         self.tensor_parallel_size = tensor_parallel_size
         self.gpus_per_engine = gpus_per_engine
@@ -79,7 +129,6 @@ class RolloutPool(LanguageModel):
         self.start_timeout_s = start_timeout_s
         self.max_restarts = max_restarts
         self.verify_sync = verify_sync
-        self.role_dict = getattr(trainer, "role_dict", {"user": "user", "agent": "assistant"})
         self._engine_parameters = self._parameters_for_engines(engine_parameters or {})
         self._served_version: int | None = None
         self._adapter_files: Any = None  # object ref of the served adapter's files
@@ -95,30 +144,17 @@ class RolloutPool(LanguageModel):
 
     # ---- setup ---------------------------------------------------------------------
     def _parameters_for_engines(self, extra: dict[str, Any]) -> dict[str, Any]:
-        missing = [name for name in ("model_name_or_path", "lora_settings")
-                   if not hasattr(self.trainer, name)]
-        if missing:
-            raise TypeError(f"the trainer {type(self.trainer).__name__} lacks {missing}: the "
-                            "pool builds its engines from the trainer's model and LoRA shape")
-        lora = self.trainer.lora_settings  # type: ignore[attr-defined]
-        common = {"model_name_or_path": self.trainer.model_name_or_path,  # type: ignore[attr-defined]
-                  "role_dict": self.role_dict}
-        if self.engine == "hf":
-            common.update(lora_config=lora,
-                          device="cuda" if self.gpus_per_engine else "cpu",
-                          max_context_tokens=self.trainer.max_context_tokens)
-        else:
-            common.update(max_lora_rank=lora.r, tensor_parallel_size=self.tensor_parallel_size)
-            if self.tensor_parallel_size > 1:
-                common["distributed_executor_backend"] = "ray"
-        engine_class = EngineActor.engine_class(self.engine)
-        accepted = set(inspect.signature(engine_class.__init__).parameters) - {"self"}
+        """The engine class's parameters for serving the trainer, then `extra` over them."""
+        derived = self.engine_class.parameters_for_pool(self.trainer, EnginePlacement(
+            gpus_per_engine=self.gpus_per_engine,
+            tensor_parallel_size=self.tensor_parallel_size))
+        accepted = set(inspect.signature(self.engine_class.__init__).parameters) - {"self"}
         unknown = sorted(set(extra) - accepted)
         if unknown:
             raise ValueError(f"engine_parameters has keys {unknown} that "
-                             f"{engine_class.__name__} does not take "
+                             f"{self.engine_class.__name__} does not take "
                              f"(it takes: {', '.join(sorted(accepted))})")
-        return {**common, **extra}
+        return {**derived, **extra}
 
     def _connect(self, address: str | None) -> bool:
         import ray
@@ -149,8 +185,8 @@ class RolloutPool(LanguageModel):
         return True
 
     def _trainer_gpus(self) -> set[int]:
-        device = getattr(self.trainer, "device", None)
-        if not isinstance(device, torch.device) or device.type != "cuda":
+        device = self.trainer.device
+        if device.type != "cuda":
             return set()
         return {device.index if device.index is not None else torch.cuda.current_device()}
 
@@ -171,7 +207,8 @@ class RolloutPool(LanguageModel):
                 PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0,
                                                  placement_group_capture_child_tasks=True)))
         actor_class = ray.remote(EngineActor).options(**options)
-        return actor_class.remote(self.engine, self._engine_parameters, self.cpus_per_engine)
+        return actor_class.remote(self.engine_class, self._engine_parameters,
+                                  self.cpus_per_engine)
 
     def _wait_until_started(self, engines: list[int]) -> None:
         import ray
@@ -184,11 +221,12 @@ class RolloutPool(LanguageModel):
                                                              self._served_version)
                          for e in engines], timeout=self.request_timeout_s)
         except ray.exceptions.GetTimeoutError as error:
-            raise EngineFailure(f"{self.engine} engines {engines} did not start within "
-                                f"start_timeout_s={self.start_timeout_s} s") from error
+            raise EngineFailure(f"{self.engine_class.__name__} engines {engines} did not "
+                                f"start within start_timeout_s={self.start_timeout_s} s"
+                                ) from error
         except ray.exceptions.RayActorError as error:
-            raise EngineFailure(f"a {self.engine} engine failed to start (parameters "
-                                f"{self._engine_parameters}): {error}") from error
+            raise EngineFailure(f"a {self.engine_class.__name__} engine failed to start "
+                                f"(parameters {self._engine_parameters}): {error}") from error
 
     def _replace_engine(self, engine: int, reason: str) -> None:
         import ray
@@ -219,6 +257,14 @@ class RolloutPool(LanguageModel):
         return self.trainer.max_context_tokens
 
     @property
+    def pad_id(self) -> int:
+        return self.trainer.pad_id
+
+    @property
+    def role_dict(self) -> dict[str, str]:
+        return self.trainer.role_dict
+
+    @property
     def policy_version(self) -> int:
         return self._served_version if self._served_version is not None else 0
 
@@ -231,16 +277,18 @@ class RolloutPool(LanguageModel):
         return ray.get([actor.pid.remote() for actor in self._actors],
                        timeout=self.request_timeout_s)
 
-    def generate(self, prompts: Sequence[Sequence[int]],
-                 params: SamplingParams) -> list[list[Generation]]:
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                 seed: int | None = None) -> list[list[Generation]]:
         if not prompts:
             return []
         self._sync_if_stale()
         params = replace(params, stop_token_ids=tuple(sorted(
             set(params.stop_token_ids) | set(self.end_of_turn_ids()))))
         shares = self._assign(prompts)
-        # one seed per engine from the global RNG: a seeded run samples the same tokens
-        seeds = torch.randint(0, 2**31 - 1, (self.num_engines,)).tolist()
+        # one seed per engine, from `seed` or else the global RNG: a seeded run samples the
+        # same tokens, and a replaced engine repeats its request exactly
+        generator = None if seed is None else torch.Generator().manual_seed(seed)
+        seeds = torch.randint(0, 2**31 - 1, (self.num_engines,), generator=generator).tolist()
         results = self._call_engines(
             {engine: ("generate", ([list(prompts[i]) for i in indices], params, seeds[engine]))
              for engine, indices in enumerate(shares) if indices})

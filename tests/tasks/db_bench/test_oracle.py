@@ -23,7 +23,7 @@ from tests.tasks.db_bench.servers import BACKENDS
 
 DEV_FILE = Path("agentbench-dbbench") / "dev.jsonl"
 GENERATED_PER_SKILL = {"sqlite": 5, "mysql": 2, "postgresql": 2}  # servers are slower
-POOL_SIZE = 16  # episodes stepped together, each with its own sandbox
+CHUNK = 16  # episodes stepped together, each with its own sandbox
 RESULTS: dict[tuple[str, str], tuple[int, int]] = {}  # (row, backend) -> (correct, total)
 
 
@@ -70,18 +70,12 @@ def quote_for(backend: str) -> Callable[[str], str]:
     return lambda name: mark + name.replace(mark, mark * 2) + mark
 
 
-def roll(make_task: Callable[[], DBBenchSingleSkill], samples: Sequence[Sample],
-         agent: Agent) -> list[Episode]:
-    tasks = [make_task() for _ in range(min(POOL_SIZE, len(samples)))]
+def roll(task: DBBenchSingleSkill, samples: Sequence[Sample], agent: Agent) -> list[Episode]:
     episodes: list[Episode] = []
-    try:
-        for start in range(0, len(samples), POOL_SIZE):
-            chunk = samples[start:start + POOL_SIZE]
-            episodes += roll_out_lockstep([(sample, 0) for sample in chunk], tasks[:len(chunk)],
-                                          agent, batch_index=0, seeds=[0] * len(chunk))
-    finally:
-        for task in tasks:
-            task.close()
+    for start in range(0, len(samples), CHUNK):
+        chunk = samples[start:start + CHUNK]
+        episodes += roll_out_lockstep([(sample, 0) for sample in chunk], task, agent,
+                                      batch_index=0, seeds=[0] * len(chunk))
     return episodes
 
 
@@ -93,9 +87,9 @@ def generated_samples(url: str, per_skill: int) -> list[Sample]:
     return samples
 
 
-def dev_task_factory(url: str, data: Path) -> Callable[[], DBBenchSingleSkill]:
-    return lambda: DBBenchSingleSkill(source="agentbench", data_file_path=str(data / DEV_FILE),
-                                      sandbox={"url": url})
+def dev_task(url: str, data: Path) -> DBBenchSingleSkill:
+    return DBBenchSingleSkill(source="agentbench", data_file_path=str(data / DEV_FILE),
+                              sandbox={"url": url})
 
 
 def record(row: str, backend: str, episodes: Sequence[Episode]) -> int:
@@ -106,8 +100,7 @@ def record(row: str, backend: str, episodes: Sequence[Episode]) -> int:
 
 def test_oracle_solves_every_generated_skill(backend: str, sandbox_url: str) -> None:
     samples = generated_samples(sandbox_url, GENERATED_PER_SKILL[backend])
-    episodes = roll(lambda: DBBenchSingleSkill(sandbox={"url": sandbox_url}), samples,
-                    OracleAgent())
+    episodes = roll(DBBenchSingleSkill(sandbox={"url": sandbox_url}), samples, OracleAgent())
     failed = [(e.sample.sample_id, e.sample.category, e.status, e.info.get("task_error"))
               for e in episodes if e.outcome is not Outcome.CORRECT]
     for skill in SKILLS:
@@ -122,10 +115,9 @@ def test_oracle_solves_every_generated_skill(backend: str, sandbox_url: str) -> 
 
 def test_oracle_on_agentbench_dev_rows(backend: str, sandbox_url: str,
                                        shared_data: Path) -> None:
-    make_task = dev_task_factory(sandbox_url, shared_data)
-    task = make_task()
+    task = dev_task(sandbox_url, shared_data)
     samples = [task.get_sample(sample_id) for sample_id in task.sample_ids("validation")]
-    episodes = roll(make_task, samples, OracleAgent())
+    episodes = roll(task, samples, OracleAgent())
     assert len(episodes) == 60
     for kind in ("query", "modification"):
         record(f"AgentBench dev: {kind}", backend,
@@ -144,14 +136,13 @@ def test_oracle_on_agentbench_dev_rows(backend: str, sandbox_url: str,
 
 def test_wrong_agent_scores_zero(backend: str, sandbox_url: str, shared_data: Path) -> None:
     agent = WrongAgent(quote_for(backend))
-    generated = roll(lambda: DBBenchSingleSkill(sandbox={"url": sandbox_url}),
+    generated = roll(DBBenchSingleSkill(sandbox={"url": sandbox_url}),
                      generated_samples(sandbox_url, 1), agent)
-    make_task = dev_task_factory(sandbox_url, shared_data)
-    task = make_task()
+    task = dev_task(sandbox_url, shared_data)
     dev = [task.get_sample(sample_id) for sample_id in task.sample_ids("validation")]
     if backend != "sqlite":  # query rows grade the same everywhere; servers are slow
         dev = [sample for sample in dev if sample.data["kind"] == "modification"]
-    episodes = generated + roll(make_task, dev, agent)
+    episodes = generated + roll(task, dev, agent)
     assert all(e.status is EpisodeStatus.COMPLETED for e in episodes)
     assert [e.sample.sample_id for e in episodes if e.outcome is Outcome.CORRECT] == []
     assert all(e.reward == -0.1 for e in episodes)

@@ -42,20 +42,20 @@ def test_malformed_replies_are_format_failures(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(MALFORMED))
 def test_malformed_reply_ends_the_episode_as_incorrect(name: str) -> None:
-    task = DBBenchSingleSkill(skills=["select"], num_train=1)
-    task.reset(options={"sample_id": "train-000000"})
-    observation, reward, terminated, truncated, info = task.step(MALFORMED[name])
+    environment = DBBenchSingleSkill(skills=["select"], num_train=1).new_episode()
+    environment.reset(options={"sample_id": "train-000000"})
+    observation, reward, terminated, truncated, info = environment.step(MALFORMED[name])
     assert (observation, reward, terminated, truncated) == ("", -0.1, True, False)
     assert info["outcome"] is Outcome.INCORRECT
     assert info["metric/format_error"] == 1.0 and info["metric/skill/select"] == 0.0
-    task.close()
+    environment.close()
 
 
 def test_two_statements_are_an_error_observation_and_the_episode_goes_on() -> None:
-    task = DBBenchSingleSkill(skills=["select"], num_train=1)
-    task.reset(options={"sample_id": "train-000000"})
-    observation, reward, terminated, truncated, _ = task.step(
+    environment = DBBenchSingleSkill(skills=["select"], num_train=1).new_episode()
+    environment.reset(options={"sample_id": "train-000000"})
+    observation, reward, terminated, truncated, _ = environment.step(
         "Action: Operation\n```sql\nSELECT 1; SELECT 2\n```")
     assert observation.startswith("Error: only one SQL statement")
     assert (reward, terminated, truncated) == (0.0, False, False)
-    task.close()
+    environment.close()

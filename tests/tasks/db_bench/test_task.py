@@ -1,10 +1,10 @@
-"""The task's contract: messages, sample drawing, the round limit and its rewards, settings."""
+"""The family and its episodes: messages, sample drawing, the round limit and its rewards,
+settings, the sandbox's lifetime."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-import gymnasium
 import pydantic
 import pytest
 
@@ -16,7 +16,8 @@ from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill
 
 def test_first_message_and_an_episode() -> None:
     task = DBBenchSingleSkill(skills=["where_single_condition"], num_train=1)
-    observation, info = task.reset(options={"sample_id": "train-000000"})
+    environment = task.new_episode()
+    observation, info = environment.reset(options={"sample_id": "train-000000"})
     problem = DBBenchProblem.model_validate(task.get_sample("train-000000").data)
     rules, question = observation.split("\n\n", 1)
     assert rules.startswith("I will ask you a question, then you should help me operate a "
@@ -25,12 +26,12 @@ def test_first_message_and_an_episode() -> None:
     assert question.endswith(f"The name of this table is {problem.table.name}, and the headers "
                              f"of this table are {','.join(c.name for c in problem.table.columns)}.")
     assert info == {"sample_id": "train-000000", "category": "where_single_condition"}
-    observation, reward, terminated, truncated, _ = task.step(
+    observation, reward, terminated, truncated, _ = environment.step(
         f"Action: Operation\n```sql\n{problem.reference_sql}\n```")
     assert observation.startswith("[(") and not terminated and not truncated
-    *_, info = task.step(task.oracle_reply())
+    *_, info = environment.step(environment.oracle_reply())
     assert info["outcome"] is Outcome.CORRECT and info["metric/correct"] == 1.0
-    task.close()
+    environment.close()
 
 
 def test_samples_are_deterministic_and_skills_uniform() -> None:
@@ -54,26 +55,28 @@ def test_round_limit(skill: str, setting: str, outcome: Outcome, reward: float) 
     """A right modification at the limit counts as correct unless told otherwise."""
     task = DBBenchSingleSkill(skills=[skill], num_train=1, max_round=1,
                               modification_correct_at_round_limit=setting)
-    task.reset(options={"sample_id": "train-000000"})
+    environment = task.new_episode()
+    environment.reset(options={"sample_id": "train-000000"})
     problem = DBBenchProblem.model_validate(task.get_sample("train-000000").data)
-    _, step_reward, terminated, truncated, info = task.step(
+    _, step_reward, terminated, truncated, info = environment.step(
         f"Action: Operation\n```sql\n{problem.reference_sql}\n```")
     assert (terminated, truncated) == (False, True)
     assert (info["outcome"], step_reward) == (outcome, reward)
     assert info["metric/round_limit"] == 1.0
-    task.close()
+    environment.close()
 
 
 def test_wrong_modification_at_the_round_limit_is_a_timeout() -> None:
     task = DBBenchSingleSkill(skills=["delete"], num_train=1, max_round=2)
-    task.reset(options={"sample_id": "train-000000"})
+    environment = task.new_episode()
+    environment.reset(options={"sample_id": "train-000000"})
     table = DBBenchProblem.model_validate(task.get_sample("train-000000").data).table.name
-    assert task.step("Action: Operation\n```sql\nSELECT 1\n```")[2:4] == (False, False)
-    *_, reward, terminated, truncated, info = task.step(
+    assert environment.step("Action: Operation\n```sql\nSELECT 1\n```")[2:4] == (False, False)
+    *_, reward, terminated, truncated, info = environment.step(
         f'Action: Operation\n```sql\nDELETE FROM "{table}"\n```')
     assert (reward, terminated, truncated, info["outcome"]) == (-0.3, False, True,
                                                                  Outcome.INCORRECT)
-    task.close()
+    environment.close()
 
 
 def test_settings_are_checked() -> None:
@@ -89,15 +92,24 @@ def test_settings_are_checked() -> None:
         DBBenchSingleSkill().get_sample("test-1")
 
 
-def test_registered_with_gymnasium() -> None:
-    assert gymnasium.spec("db_bench/DBBenchSingleSkill-v0").entry_point == \
-        "src.tasks.instance.db_bench.task_single_skill:DBBenchSingleSkill"
-
-
 def test_close_drops_the_sandbox_and_is_safe_twice() -> None:
-    task = DBBenchSingleSkill(num_train=1)
-    task.reset(options={"sample_id": "train-000000"})
-    task.close()
-    task.close()
+    environment = DBBenchSingleSkill(num_train=1).new_episode()
+    environment.reset(options={"sample_id": "train-000000"})
+    environment.close()
+    environment.close()
     with pytest.raises(RuntimeError, match="no DB-bench episode"):
-        task.oracle_reply()
+        environment.oracle_reply()
+
+
+def test_episodes_of_one_family_have_their_own_sandboxes() -> None:
+    """Episodes stepped together share the family, never a table."""
+    task = DBBenchSingleSkill(skills=["delete"], num_train=1, max_round=3)
+    first, second = task.new_episode(), task.new_episode()
+    for environment in (first, second):
+        environment.reset(options={"sample_id": "train-000000"})
+    table = DBBenchProblem.model_validate(task.get_sample("train-000000").data).table.name
+    first.step(f'Action: Operation\n```sql\nDELETE FROM "{table}"\n```')
+    observation, *_ = second.step(f'Action: Operation\n```sql\nSELECT COUNT(*) FROM "{table}"\n```')
+    assert observation != "[(0,)]"
+    first.close()
+    second.close()

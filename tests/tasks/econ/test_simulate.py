@@ -24,9 +24,7 @@ def test_skills_are_heavy_tailed_around_a_median_of_87() -> None:
 def test_draws_and_runs_are_deterministic() -> None:
     assert np.array_equal(month_draws(5, 7, 10).work, month_draws(5, 7, 10).work)
     assert not np.array_equal(month_draws(5, 7, 10).work, month_draws(5, 8, 10).work)
-    rule_economy_states.cache_clear()
     first = rule_economy_states(5, 20, 30, UtilityParameters())[-1]
-    rule_economy_states.cache_clear()
     second = rule_economy_states(5, 20, 30, UtilityParameters())[-1]
     assert np.array_equal(first.savings, second.savings) and first.price == second.price
 

@@ -1,6 +1,9 @@
-"""The econ task: samples, replies, same-sample determinism, the oracle, few-shot memory."""
+"""The econ task: samples, replies, same-sample determinism, the oracle, few-shot memory
+and its saved state."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,13 +17,14 @@ SMALL = {"num_train": 12, "num_validation": 4, "num_economies": 2, "num_househol
 
 
 def run(task: EconDecisionTask, sample_id: str, replies: list[str]) -> Episode:
-    observation, info = task.reset(options={"sample_id": sample_id})
-    assert task.sample is not None
-    episode = Episode(task.sample, 0, 0, task)
+    environment = task.new_episode()
+    observation, info = environment.reset(options={"sample_id": sample_id})
+    assert environment.sample is not None
+    episode = Episode(environment.sample, 0, 0, environment)
     episode.add_message(Role.USER, observation)
     for reply in replies:
         episode.add_message(Role.AGENT, reply)
-        observation, reward, terminated, _, info = task.step(reply)
+        observation, reward, terminated, _, info = environment.step(reply)
         episode.reward += reward
         episode.status = EpisodeStatus(info.pop("status"))
         episode.outcome = Outcome(info.pop("outcome"))
@@ -44,8 +48,8 @@ def test_samples_are_deterministic_and_splits_differ() -> None:
 
 
 def test_the_prompt_shows_the_household_and_asks_for_json() -> None:
-    task = EconDecisionTask(**SMALL)
-    observation, info = task.reset(options={"sample_id": "train-000000"})
+    observation, info = EconDecisionTask(**SMALL).new_episode().reset(
+        options={"sample_id": "train-000000"})
     assert info["category"] in {"low_skill", "middle_skill", "high_skill"}
     for part in ("-year-old", "income", "tax", "redistribution",
                  "savings", "cost", "a year on them", '"work"', '"consumption"'):
@@ -83,8 +87,9 @@ def test_oracle_beats_constant_actions_on_average() -> None:
     ids = list(task.sample_ids("train"))
     oracle = []
     for sample_id in ids:
-        task.reset(options={"sample_id": sample_id})
-        episode = run(task, sample_id, [task.oracle_reply()])
+        environment = task.new_episode()
+        environment.reset(options={"sample_id": sample_id})
+        episode = run(task, sample_id, [environment.oracle_reply()])
         assert episode.outcome is Outcome.CORRECT and episode.info["metric/reward_vs_rule"] == 0
         oracle.append(episode.reward)
     for silly in ('{"work": 0.5, "consumption": 0.5}', '{"work": 0.0, "consumption": 1.0}',
@@ -95,11 +100,12 @@ def test_oracle_beats_constant_actions_on_average() -> None:
 
 def test_several_households_are_asked_in_turn() -> None:
     task = EconDecisionTask(**SMALL, households_per_sample=3)
-    task.reset(options={"sample_id": "train-000002"})
+    environment = task.new_episode()
+    environment.reset(options={"sample_id": "train-000002"})
     replies = []
     for _ in range(3):
-        replies.append(task.oracle_reply())
-        _, _, terminated, truncated, info = task.step(replies[-1])
+        replies.append(environment.oracle_reply())
+        _, _, terminated, truncated, info = environment.step(replies[-1])
         assert not truncated
     assert terminated and len(info["econ/decisions"]) == 3
     assert len({d["household"] for d in info["econ/decisions"]}) == 3
@@ -107,24 +113,62 @@ def test_several_households_are_asked_in_turn() -> None:
     assert failed.reward == -1.0 and len(failed.chat) == 4  # ended at the second reply
 
 
+def first_prompt(task: EconDecisionTask, sample_id: str = "train-000000") -> str:
+    return task.new_episode().reset(options={"sample_id": sample_id})[0]
+
+
 def test_few_shot_memory_fills_from_training_groups_only() -> None:
     task = EconDecisionTask(**SMALL, seed=91, few_shot_examples=2, few_shot_capacity=3)
     assert task.memory is not None
-    task.memory.clear()
-    first_prompt, _ = task.reset(options={"sample_id": "train-000000"})
-    assert "worked out well" not in first_prompt
-    group = [run(EconDecisionTask(**SMALL, seed=91, few_shot_examples=2, few_shot_capacity=3),
-                 "train-000000", [reply])
+    assert "worked out well" not in first_prompt(task)
+    group = [run(task, "train-000000", [reply])
              for reply in ('{"work": 1, "consumption": 0.2}', '{"work": 1, "consumption": 0.2}',
                            '{"work": 0, "consumption": 0.9}')]
     task.score_group(group)
     assert len(task.memory) == 3
     task.score_group([run(task, "validation-000000", ['{"work": 1, "consumption": 0.2}'])])
     assert len(task.memory) == 3
-    prompt, _ = task.reset(options={"sample_id": "train-000000"})
+    prompt = first_prompt(task)
     shown = prompt.split("worked out well")[1]
     assert shown.count('{"work": 1.0, "consumption": 0.2}') == 1  # duplicates shown once
-    assert prompt == task.reset(options={"sample_id": "train-000000"})[0]
+    assert prompt == first_prompt(task)
     task.score_group(group)  # the capacity bounds the memory
     assert len(task.memory) == 3
 
+
+def test_families_do_not_share_a_memory() -> None:
+    """Two families of the same settings (two runs in one process) learn apart."""
+    settings = {**SMALL, "few_shot_examples": 2}
+    learning, fresh = EconDecisionTask(**settings), EconDecisionTask(**settings)
+    learning.score_group([run(learning, "train-000000", ['{"work": 1, "consumption": 0.2}'])])
+    assert "worked out well" in first_prompt(learning)
+    assert "worked out well" not in first_prompt(fresh)
+
+
+def test_memory_survives_save_and_restore_in_a_new_family(tmp_path: Path) -> None:
+    settings = {**SMALL, "few_shot_examples": 2, "few_shot_capacity": 5}
+    task = EconDecisionTask(**settings)
+    for index, reply in enumerate(('{"work": 1, "consumption": 0.2}',
+                                   '{"work": 0.3, "consumption": 0.7}',
+                                   '{"work": 0.6, "consumption": 0.4}')):
+        task.score_group([run(task, f"train-{index:06d}", [reply]),
+                          run(task, f"train-{index:06d}", ['{"work": 0.5, "consumption": 0.5}'])])
+    assert task.memory is not None and len(task.memory) == 5  # the oldest went first
+    task.save_state(tmp_path)
+
+    resumed = EconDecisionTask(**settings)
+    resumed.restore_state(tmp_path)
+    assert resumed.memory is not None and len(resumed.memory) == 5
+    for sample_id in ("train-000000", "train-000004", "validation-000001"):
+        assert first_prompt(resumed, sample_id) == first_prompt(task, sample_id)
+    # the history goes on alike: the capacity keeps dropping the same oldest entries
+    for family in (task, resumed):
+        family.score_group([run(family, "train-000005", ['{"work": 0.9, "consumption": 0.1}'])])
+    assert first_prompt(resumed, "train-000005") == first_prompt(task, "train-000005")
+
+
+def test_without_few_shot_examples_there_is_no_state(tmp_path: Path) -> None:
+    task = EconDecisionTask(**SMALL)
+    task.save_state(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    EconDecisionTask(**SMALL).restore_state(tmp_path)

@@ -28,6 +28,9 @@ Grading and rewards (`reward_correct` +1.0, `reward_incorrect` -0.1, `reward_tim
   `reward_timeout` like any other episode cut off by the limit.
 Each episode's last step reports `metric/correct` and `metric/skill/<skill>` (1 or 0), so
 that their means are the success rates overall and per skill.
+
+`DBBenchSingleSkill` is the family (the problem source, the settings); `DBBenchEpisode` is
+one episode, owning its sandbox from reset until the episode ends or it is closed.
 """
 
 from __future__ import annotations
@@ -36,8 +39,6 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
-
-import gymnasium
 
 from src.records.episode import Outcome, Sample
 from src.tasks.instance.db_bench.data_loaders import load_agentbench_jsonl
@@ -54,7 +55,13 @@ from src.tasks.instance.db_bench.reply_parser import Answer, FormatFailure, pars
 from src.tasks.instance.db_bench.sandbox import SandboxSettings, SqlSandbox
 from src.tasks.instance.db_bench.single_skill_task_generator import SingleSkillTaskGenerator
 from src.tasks.instance.db_bench.skills import check_skills
-from src.tasks.task import StepOutcome, Task
+from src.tasks.task import (
+    EpisodeEnv,
+    StepOutcome,
+    Task,
+    parse_split_sample_id,
+    split_sample_ids,
+)
 
 _DATABASE_NAMES = {"sqlite": "SQLite", "mysql": "MySQL", "postgresql": "PostgreSQL"}
 # AgentBench's DB-bench prompt, with the server's name where it says MySQL.
@@ -89,7 +96,9 @@ class ReferenceSqlError(RuntimeError):
 
 
 @dataclass
-class _Episode:
+class _EpisodeState:
+    """What an episode holds from its reset until it ends (then the sandbox is dropped)."""
+
     problem: DBBenchProblem
     sandbox: SqlSandbox
     reference_sql: str | None  # in the sandbox's dialect
@@ -99,7 +108,7 @@ class _Episode:
     sql_errors: int = 0
 
 
-class DBBenchSingleSkill(Task):
+class DBBenchSingleSkill(Task["DBBenchEpisode"]):
     def __init__(
         self,
         source: Literal["procedural", "lifelong_agent_bench", "agentbench"] = "procedural",
@@ -128,8 +137,6 @@ class DBBenchSingleSkill(Task):
         self.modification_correct_at_round_limit = modification_correct_at_round_limit
         self._generator: ProblemGenerator | None = None
         self._fixed: dict[str, Sample] = {}
-        self._episode: _Episode | None = None
-        self._limit_result: tuple[Outcome, float] = (Outcome.INCORRECT, reward_timeout)
         self.skills: tuple[str, ...] = ()
         if source == "agentbench":
             if data_file_path is None or skill_to_tasks_path is not None or skills is not None:
@@ -166,17 +173,16 @@ class DBBenchSingleSkill(Task):
     def sample_ids(self, split: str = "train") -> Sequence[str]:
         if self._fixed:
             return list(self._fixed)
-        count = self.num_train if split == "train" else self.num_validation
-        return [f"{split}-{index:06d}" for index in range(count)]
+        return split_sample_ids(split, self.num_train if split == "train"
+                                else self.num_validation)
 
     def _get_sample(self, sample_id: str) -> Sample:
         if self._fixed:
             if sample_id not in self._fixed:
                 raise KeyError(f"no AgentBench row '{sample_id}'")
             return self._fixed[sample_id]
-        split, _, number = sample_id.rpartition("-")
-        if split not in ("train", "validation") or not number.isdigit() or self._generator is None:
-            raise KeyError(f"malformed DB-bench sample id '{sample_id}'")
+        split, _ = parse_split_sample_id(sample_id)
+        assert self._generator is not None  # every source but agentbench has one
         rng = random.Random(f"{self.seed}:{sample_id}")
         offered = set(self._generator.get_available_skills(split))
         choices = [skill for skill in self.skills if skill in offered]
@@ -186,62 +192,72 @@ class DBBenchSingleSkill(Task):
         problem = self._generator.generate(skill, split, rng)
         return Sample(sample_id=sample_id, category=skill, data=problem.model_dump(mode="json"))
 
-    # ---- episode -------------------------------------------------------------------
+    def new_episode(self) -> DBBenchEpisode:
+        return DBBenchEpisode(self)
+
+
+class DBBenchEpisode(EpisodeEnv[DBBenchSingleSkill]):
+    def __init__(self, family: DBBenchSingleSkill) -> None:
+        super().__init__(family)
+        self._state: _EpisodeState | None = None
+        self._limit_result = (Outcome.INCORRECT, family.reward_timeout)
+
     def _reset(self, sample: Sample) -> str:
         self._end_episode()
         problem = DBBenchProblem.model_validate(sample.data)
-        sandbox = SqlSandbox(self.sandbox_settings, problem.table)
+        sandbox = SqlSandbox(self.family.sandbox_settings, problem.table)
         try:
-            self._episode = self._prepare(sample.sample_id, problem, sandbox)
+            self._state = self._prepare(sample.sample_id, problem, sandbox)
         except Exception:
             sandbox.close()
             raise
-        self._limit_result = (Outcome.INCORRECT, self.reward_timeout)
+        self._limit_result = (Outcome.INCORRECT, self.family.reward_timeout)
         database = _DATABASE_NAMES[sandbox.dialect]
         return (f"{RULES.format(database=database)}\n\n{problem.question}\n"
                 f"{problem.table.describe()}")
 
     def _prepare(self, sample_id: str, problem: DBBenchProblem,
-                 sandbox: SqlSandbox) -> _Episode:
+                 sandbox: SqlSandbox) -> _EpisodeState:
         """Ground truth from the reference SQL, run on this server before the agent acts."""
         reference = None
         if problem.reference_sql is not None:
             reference = translate_reference_sql(problem.reference_sql, sandbox.dialect,
                                                 sandbox.quote, problem.table)
-        episode = _Episode(problem, sandbox, reference, expected=problem.expected_answer or ())
+        state = _EpisodeState(problem, sandbox, reference,
+                              expected=problem.expected_answer or ())
         if problem.kind is ProblemKind.QUERY and problem.expected_answer is not None:
-            return episode
+            return state
         assert reference is not None  # DBBenchProblem requires it here
         result = sandbox.execute(reference)
         if result.error is not None:
             raise ReferenceSqlError(f"sample '{sample_id}': the reference SQL fails on "
                                     f"{sandbox.dialect}: {result.error}\n  SQL: {reference}")
         if problem.kind is ProblemKind.QUERY:
-            episode.expected = result.flat_values()
+            state.expected = result.flat_values()
         else:
-            episode.reference_rows = sandbox.table_rows()
+            state.reference_rows = sandbox.table_rows()
             sandbox.restore_rows()  # the agent starts from a fresh copy
-        return episode
+        return state
 
     def _step(self, action: str) -> StepOutcome:
-        episode = self._current()
+        state = self._current()
         reply = parse_reply(action)
         if isinstance(reply, FormatFailure):
             return self._finish(False, format_error=True)
         if isinstance(reply, Answer):
             return self._finish(self._graded(reply.text))
-        result = episode.sandbox.execute(reply.sql)
-        episode.operations += 1
-        episode.sql_errors += result.error is not None
-        observation = result.observation(self.sandbox_settings.max_rows_shown)
-        if self.round_index < self.max_round:
+        result = state.sandbox.execute(reply.sql)
+        state.operations += 1
+        state.sql_errors += result.error is not None
+        observation = result.observation(self.family.sandbox_settings.max_rows_shown)
+        if self.round_index < self.family.max_round:
             return StepOutcome(observation=observation)
         # The round limit ends the episode after this reply: grade now, then drop the sandbox.
-        correct = (episode.problem.kind is ProblemKind.MODIFICATION
-                   and self.modification_correct_at_round_limit == "correct"
+        correct = (state.problem.kind is ProblemKind.MODIFICATION
+                   and self.family.modification_correct_at_round_limit == "correct"
                    and self._table_correct())
-        self._limit_result = ((Outcome.CORRECT, self.reward_correct) if correct
-                              else (Outcome.INCORRECT, self.reward_timeout))
+        self._limit_result = ((Outcome.CORRECT, self.family.reward_correct) if correct
+                              else (Outcome.INCORRECT, self.family.reward_timeout))
         info = self._final_info(correct, round_limit=True)
         self._end_episode()
         return StepOutcome(observation=observation, info=info)
@@ -252,61 +268,59 @@ class DBBenchSingleSkill(Task):
     def _finish(self, correct: bool, format_error: bool = False) -> StepOutcome:
         info = self._final_info(correct, format_error=format_error)
         self._end_episode()
+        family = self.family
         return StepOutcome(observation="", terminated=True,
-                           reward=self.reward_correct if correct else self.reward_incorrect,
+                           reward=family.reward_correct if correct else family.reward_incorrect,
                            outcome=Outcome.CORRECT if correct else Outcome.INCORRECT, info=info)
 
     def _graded(self, answer_text: str) -> bool:
-        episode = self._current()
-        if episode.problem.kind is ProblemKind.MODIFICATION:
+        state = self._current()
+        if state.problem.kind is ProblemKind.MODIFICATION:
             return self._table_correct()
-        return answers_match(parse_final_answer(answer_text), episode.expected,
-                             episode.problem.ordered)
+        return answers_match(parse_final_answer(answer_text), state.expected,
+                             state.problem.ordered)
 
     def _table_correct(self) -> bool:
-        episode = self._current()
-        return tables_match(episode.sandbox.table_rows(), episode.reference_rows)
+        state = self._current()
+        return tables_match(state.sandbox.table_rows(), state.reference_rows)
 
     def _final_info(self, correct: bool, format_error: bool = False,
                     round_limit: bool = False) -> dict[str, Any]:
-        episode = self._current()
+        state = self._current()
         info: dict[str, Any] = {
             "metric/correct": float(correct),
             "metric/format_error": float(format_error),
             "metric/round_limit": float(round_limit),
-            "metric/sql_errors": float(episode.sql_errors),
+            "metric/sql_errors": float(state.sql_errors),
         }
-        for skill in episode.problem.skills:
+        for skill in state.problem.skills:
             info[f"metric/skill/{skill}"] = float(correct)
-        if episode.problem.kind is ProblemKind.MODIFICATION and episode.sandbox.dialect == "mysql":
-            info["table_md5"] = episode.sandbox.table_md5()
-            if episode.problem.answer_md5 is not None:
+        if state.problem.kind is ProblemKind.MODIFICATION and state.sandbox.dialect == "mysql":
+            info["table_md5"] = state.sandbox.table_md5()
+            if state.problem.answer_md5 is not None:
                 info["metric/agentbench_md5_match"] = float(
-                    info["table_md5"] == episode.problem.answer_md5)
+                    info["table_md5"] == state.problem.answer_md5)
         return info
 
     def _oracle_reply(self) -> str:
-        episode = self._current()
-        if episode.problem.kind is ProblemKind.QUERY:
-            return f"Action: Answer\nFinal Answer: {format_final_answer(episode.expected)}"
-        if episode.operations == 0:
-            return f"Action: Operation\n```sql\n{episode.reference_sql}\n```"
+        state = self._current()
+        if state.problem.kind is ProblemKind.QUERY:
+            return f"Action: Answer\nFinal Answer: {format_final_answer(state.expected)}"
+        if state.operations == 0:
+            return f"Action: Operation\n```sql\n{state.reference_sql}\n```"
         return "Action: Answer\nFinal Answer: []"
 
     # ---- resources -----------------------------------------------------------------
-    def _current(self) -> _Episode:
-        if self._episode is None:
+    def _current(self) -> _EpisodeState:
+        if self._state is None:
             raise RuntimeError("no DB-bench episode in progress (reset() first)")
-        return self._episode
+        return self._state
 
     def _end_episode(self) -> None:
-        if self._episode is not None:
-            self._episode.sandbox.close()
-            self._episode = None
+        if self._state is not None:
+            self._state.sandbox.close()
+            self._state = None
 
     def close(self) -> None:
         self._end_episode()
 
-
-gymnasium.register(id="db_bench/DBBenchSingleSkill-v0",
-                   entry_point="src.tasks.instance.db_bench.task_single_skill:DBBenchSingleSkill")

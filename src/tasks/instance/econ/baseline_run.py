@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from functools import lru_cache
 
 from src.tasks.instance.econ.population import sample_population
 from src.tasks.instance.econ.rule_policy import rule_decisions
@@ -31,9 +30,6 @@ def run_rule_economy(economy_seed: int, num_households: int, months: int,
         state = outcome.state
 
 
-# Every task instance of a run asks for the same few economies: compute each once (about
-# 1.3 MB an economy of 100 households over 240 months).
-@lru_cache(maxsize=32)
 def rule_economy_states(economy_seed: int, num_households: int, months: int,
                         params: UtilityParameters) -> tuple[EconomyState, ...]:
     """The states at the start of months 0 .. months - 1."""

@@ -5,24 +5,26 @@ made in the situations nearest to the household's. Decisions are compared by how
 beat the rule policy in their own state (reward minus the rule's reward), since raw rewards
 mostly say how rich a household was. The memory holds at most `capacity` decisions (the
 oldest go first); recall ranks by distance, then by advantage, then by age, so it is
-deterministic for a given history.
+deterministic for a given history. `save` and `load` carry that history across a resumed
+run (floats round-trip exactly through JSON).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
-from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from src.tasks.instance.econ.simulation import HOURS_PER_MONTH
 
 CANDIDATES_PER_EXAMPLE = 4  # the k best are chosen among the 4k nearest situations
 
 
-@dataclass(frozen=True)
-class Experience:
+class Experience(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     features: tuple[float, ...]  # where the situation lies (see situation_features)
     situation: str  # how the prompt describes it
     work: float
@@ -42,6 +44,7 @@ class ExperienceMemory:
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
             raise ValueError(f"ExperienceMemory: capacity must be at least 1, got {capacity}")
+        self.capacity = capacity
         self._experiences: deque[Experience] = deque(maxlen=capacity)
 
     def __len__(self) -> int:
@@ -52,6 +55,21 @@ class ExperienceMemory:
 
     def clear(self) -> None:
         self._experiences.clear()
+
+    def save(self, path: Path) -> None:
+        """Write the history to `path` (the loop's checkpoint folder is renamed into place
+        atomically, so a plain write suffices)."""
+        state = _MemoryState(capacity=self.capacity, experiences=list(self._experiences))
+        path.write_text(state.model_dump_json() + "\n", encoding="utf-8")
+
+    def load(self, path: Path) -> None:
+        """Replace the history with the one `save` wrote."""
+        state = _MemoryState.model_validate_json(path.read_text(encoding="utf-8"))
+        if state.capacity != self.capacity:
+            raise ValueError(f"{path}: a memory of capacity {state.capacity}, this one holds "
+                             f"{self.capacity}")
+        self._experiences.clear()
+        self._experiences.extend(state.experiences)
 
     def recall(self, features: tuple[float, ...], count: int) -> list[Experience]:
         if count < 1 or not self._experiences:
@@ -73,12 +91,10 @@ class ExperienceMemory:
         return chosen
 
 
-# The loop builds one task instance per episode slot; they share a memory through this
-# registry, keyed by the task settings that make two histories comparable.
-_SHARED: dict[Hashable, ExperienceMemory] = {}
+class _MemoryState(BaseModel):
+    """The saved history, oldest first."""
 
+    model_config = ConfigDict(extra="forbid")
 
-def shared_memory(key: Hashable, capacity: int) -> ExperienceMemory:
-    if key not in _SHARED:
-        _SHARED[key] = ExperienceMemory(capacity)
-    return _SHARED[key]
+    capacity: int
+    experiences: list[Experience]

@@ -15,16 +15,20 @@ Their standard deviations come from the per-episode values in runs.jsonl (`info`
 
 With `few_shot_examples` = k > 0, a prompt shows up to k of the best earlier training
 decisions in the nearest situations (`memory`). The memory is filled when a group ends, so
-every prompt of a batch sees the same history; it lives in the process, so a resumed run
-starts with an empty one.
+every prompt of a batch sees the same history. It is the family's state: saved with each
+checkpoint of the run (`save_state`) and read back when a killed run resumes.
+
+`EconDecisionTask` is the family (samples, the rule economies computed once, the memory);
+`EconEpisode` is one episode.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-import gymnasium
 import numpy as np
 
 from src.records.episode import Episode, Outcome, Sample
@@ -32,7 +36,6 @@ from src.tasks.instance.econ.baseline_run import rule_economy_states
 from src.tasks.instance.econ.memory import (
     Experience,
     ExperienceMemory,
-    shared_memory,
     situation_features,
 )
 from src.tasks.instance.econ.population import Population, sample_population
@@ -47,16 +50,25 @@ from src.tasks.instance.econ.simulation import (
     month_draws,
 )
 from src.tasks.instance.econ.utility import UtilityParameters
-from src.tasks.task import StepOutcome, Task
+from src.tasks.task import (
+    SPLITS,
+    EpisodeEnv,
+    StepOutcome,
+    Task,
+    parse_split_sample_id,
+    split_sample_ids,
+)
 
 FORMAT_FAILURE_REWARD = -1.0
-SPLITS = {"train": 0, "validation": 1}
+MEMORY_FILE = "few_shot_memory.json"
 _ECONOMY_STREAM, _SAMPLE_STREAM = 0, 1
 # (lowest hourly skill at month 0, category): each band holds about a third of households
 SKILL_BANDS = ((0.0, "low_skill"), (40.0, "middle_skill"), (150.0, "high_skill"))
+# Rule economies kept at once: about 1.3 MB each for 100 households over 240 months.
+ECONOMIES_CACHED = 32
 
 
-class EconDecisionTask(Task):
+class EconDecisionTask(Task["EconEpisode"]):
     def __init__(
         self,
         seed: int = 0,
@@ -91,36 +103,26 @@ class EconDecisionTask(Task):
         # model_validate also takes the plain dicts of direct Python construction
         self.utility = UtilityParameters.model_validate(utility or {})
         self.few_shot_examples = few_shot_examples
-        self.memory: ExperienceMemory | None = None
-        if few_shot_examples > 0:
-            self.memory = shared_memory(
-                (seed, num_economies, num_households, months, households_per_sample,
-                 self.utility, few_shot_capacity), few_shot_capacity)
-        # the episode under way
-        self._population: Population | None = None
-        self._state: EconomyState | None = None
-        self._draws: MonthDraws | None = None
-        self._rule: Decisions | None = None
-        self._households: list[int] = []
-        self._decisions: list[Decision] = []
+        self.memory = ExperienceMemory(few_shot_capacity) if few_shot_examples > 0 else None
+        # Every episode of a sample's economy starts from its rule run: compute each once.
+        self._economy_states: Callable[[int], tuple[EconomyState, ...]] = lru_cache(
+            maxsize=ECONOMIES_CACHED)(self._rule_economy_states)
 
     # ---- samples -------------------------------------------------------------------
     def sample_ids(self, split: str = "train") -> Sequence[str]:
-        count = self.num_train if split == "train" else self.num_validation
-        return [f"{split}-{index:06d}" for index in range(count)]
+        return split_sample_ids(split, self.num_train if split == "train"
+                                else self.num_validation)
 
     def _economy_seed(self, split: str, economy: int) -> int:
-        sequence = np.random.SeedSequence([self.seed, SPLITS[split], _ECONOMY_STREAM, economy])
+        sequence = np.random.SeedSequence([self.seed, SPLITS.index(split), _ECONOMY_STREAM,
+                                           economy])
         return int(sequence.generate_state(1)[0])
 
     def _get_sample(self, sample_id: str) -> Sample:
-        split, _, number = sample_id.rpartition("-")
-        if split not in SPLITS or not number.isdigit():
-            raise KeyError(f"malformed econ sample id '{sample_id}'")
-        index = int(number)
+        split, index = parse_split_sample_id(sample_id)
         if index >= len(self.sample_ids(split)):
             raise KeyError(f"econ sample id '{sample_id}' is beyond the {split} split")
-        rng = np.random.default_rng([self.seed, SPLITS[split], _SAMPLE_STREAM, index])
+        rng = np.random.default_rng([self.seed, SPLITS.index(split), _SAMPLE_STREAM, index])
         economy_seed = self._economy_seed(split, index % self.num_economies)
         month = int(rng.integers(1, self.months))
         households = [int(h) for h in rng.choice(self.num_households,
@@ -131,31 +133,77 @@ class EconDecisionTask(Task):
                       data={"economy_seed": economy_seed, "month": month,
                             "households": households})
 
-    def _sample_state(self, sample: Sample) -> EconomyState:
-        states = rule_economy_states(sample.data["economy_seed"], self.num_households,
-                                     self.months, self.utility)
-        return states[sample.data["month"]]
+    def _rule_economy_states(self, economy_seed: int) -> tuple[EconomyState, ...]:
+        return rule_economy_states(economy_seed, self.num_households, self.months, self.utility)
 
-    # ---- the episode ---------------------------------------------------------------
+    def sample_state(self, sample: Sample) -> EconomyState:
+        """The economy at the start of the sample's month."""
+        return self._economy_states(sample.data["economy_seed"])[sample.data["month"]]
+
+    def new_episode(self) -> EconEpisode:
+        return EconEpisode(self)
+
+    # ---- few-shot memory -----------------------------------------------------------
+    def prompt(self, population: Population, state: EconomyState, household: int) -> str:
+        """The household's prompt, with the best remembered decisions in similar situations."""
+        examples: list[Experience] = []
+        if self.memory is not None:
+            features = situation_features(state.savings[household], state.wage[household],
+                                          state.price, state.last_redistribution)
+            examples = self.memory.recall(features, self.few_shot_examples)
+        return household_prompt(population, state, household, examples)
+
+    def _score_group(self, episodes: Sequence[Episode]) -> None:
+        """Remember the group's parsed training decisions for later prompts."""
+        if self.memory is None:
+            return
+        for episode in episodes:
+            decisions = episode.info.get("econ/decisions")
+            if parse_split_sample_id(episode.sample.sample_id)[0] != "train" or decisions is None:
+                continue
+            state = self.sample_state(episode.sample)
+            for decision in decisions:
+                household = decision["household"]
+                self.memory.add(Experience(
+                    features=situation_features(state.savings[household], state.wage[household],
+                                                state.price, state.last_redistribution),
+                    situation=situation(state, household), work=decision["work"],
+                    consumption=decision["consumption"],
+                    advantage=episode.info["metric/reward_vs_rule"]))
+
+    def save_state(self, directory: Path) -> None:
+        if self.memory is not None:
+            self.memory.save(directory / MEMORY_FILE)
+
+    def restore_state(self, directory: Path) -> None:
+        if self.memory is not None:
+            self.memory.load(directory / MEMORY_FILE)
+
+
+class EconEpisode(EpisodeEnv[EconDecisionTask]):
+    def __init__(self, family: EconDecisionTask) -> None:
+        super().__init__(family)
+        self._population: Population | None = None
+        self._state: EconomyState | None = None
+        self._draws: MonthDraws | None = None
+        self._rule: Decisions | None = None
+        self._households: list[int] = []
+        self._decisions: list[Decision] = []
+
     def _reset(self, sample: Sample) -> str:
-        self._population = sample_population(sample.data["economy_seed"], self.num_households)
-        self._state = self._sample_state(sample)
+        family = self.family
+        self._population = sample_population(sample.data["economy_seed"], family.num_households)
+        self._state = family.sample_state(sample)
         self._draws = month_draws(sample.data["economy_seed"], sample.data["month"],
-                                  self.num_households)
-        self._rule = rule_decisions(self._state, self.utility)
+                                  family.num_households)
+        self._rule = rule_decisions(self._state, family.utility)
         self._households = list(sample.data["households"])
         self._decisions = []
         return self._prompt(self._households[0])
 
     def _prompt(self, household: int) -> str:
         assert self._population is not None and self._state is not None
-        examples: list[Experience] = []
-        if self.memory is not None:
-            state = self._state
-            features = situation_features(state.savings[household], state.wage[household],
-                                          state.price, state.last_redistribution)
-            examples = self.memory.recall(features, self.few_shot_examples)
-        return household_prompt(self._population, self._state, household, examples)
+        return self.family.prompt(self._population, self._state, household)
 
     def _step(self, action: str) -> StepOutcome:
         parsed = parse_decision(action)
@@ -172,13 +220,14 @@ class EconDecisionTask(Task):
 
     def _score_month(self) -> StepOutcome:
         assert self._state is not None and self._draws is not None and self._rule is not None
+        utility = self.family.utility
         decisions = self._rule
         for household, decision in zip(self._households, self._decisions, strict=True):
             decisions = decisions.with_decision(household, decision.work, decision.consumption)
         reward = float(household_rewards(self._state, self._draws, decisions, self._households,
-                                         self.utility).mean())
+                                         utility).mean())
         rule_reward = float(household_rewards(self._state, self._draws, self._rule,
-                                              self._households, self.utility).mean())
+                                              self._households, utility).mean())
         info: dict[str, Any] = {
             "metric/json_parse_success": 1.0,
             "metric/format_failure": 0.0,
@@ -198,25 +247,3 @@ class EconDecisionTask(Task):
         household = self._households[len(self._decisions)]
         return Decision(work=float(self._rule.work[household]),
                         consumption=float(self._rule.consumption[household])).to_json()
-
-    def _score_group(self, episodes: Sequence[Episode]) -> None:
-        """Remember the group's parsed training decisions for later prompts."""
-        if self.memory is None:
-            return
-        for episode in episodes:
-            decisions = episode.info.get("econ/decisions")
-            if not episode.sample.sample_id.startswith("train-") or decisions is None:
-                continue
-            state = self._sample_state(episode.sample)
-            for decision in decisions:
-                household = decision["household"]
-                self.memory.add(Experience(
-                    features=situation_features(state.savings[household], state.wage[household],
-                                                state.price, state.last_redistribution),
-                    situation=situation(state, household), work=decision["work"],
-                    consumption=decision["consumption"],
-                    advantage=episode.info["metric/reward_vs_rule"]))
-
-
-gymnasium.register(id="econ/EconDecision-v0",
-                   entry_point="src.tasks.instance.econ.task:EconDecisionTask")

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import random
-from functools import lru_cache
 from pathlib import Path
 
-from src.experiment.files import read_numbered_json_lines
 from src.records.episode import Sample
+from src.storage.files import read_numbered_json_lines
+from src.tasks.task import split_sample_id
 
 _NAMES = ["Ana", "Ben", "Chen", "Dara", "Eli", "Farah", "Goro", "Hana"]
 _ITEMS = ["apples", "books", "marbles", "stickers", "pencils", "coins"]
@@ -38,7 +38,7 @@ def procedural_sample(seed: int, split: str, index: int, levels: tuple[int, ...]
     rng = random.Random(f"{seed}-{split}-{index}")
     level = levels[index % len(levels)]
     question, answer = procedural_problem(level, rng)
-    return Sample(sample_id=f"{split}-{index:06d}", category=f"level{level}",
+    return Sample(sample_id=split_sample_id(split, index), category=f"level{level}",
                   data={"question": question, "answer": answer})
 
 
@@ -49,7 +49,6 @@ def gsm8k_final_answer(answer: str) -> str:
     return answer.split("####")[-1].strip().replace(",", "")
 
 
-@lru_cache(maxsize=8)
 def load_rows(path: str, question_key: str, answer_key: str,
               gsm8k: bool) -> tuple[tuple[str, str], ...]:
     """(question, answer) rows of a jsonl or parquet file; errors name the file and line."""

@@ -17,7 +17,7 @@ import torch
 from math_verify import parse, verify
 from pydantic import BaseModel, ConfigDict, Field
 
-from src.training.policy_gradient import advantages
+from src.maths.groups import group_zscore
 
 # Timeouts are disabled on purpose (see is_correct); the library warns on every call.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -129,7 +129,7 @@ def z_normalise(values: Sequence[float]) -> list[float]:
     """Per-prompt z-score (R - mean_g) / (std_g + eps): GRPO's advantage over one group,
     so the same formula (unbiased std, a group of one left as is) serves both."""
     rewards = torch.tensor(values, dtype=torch.float64)
-    return advantages(rewards, torch.zeros(len(values), dtype=torch.long), "grpo").tolist()
+    return group_zscore(rewards, torch.zeros(len(values), dtype=torch.long)).tolist()
 
 
 TEXT_REWARDS: dict[str, Callable[[str, str], float]] = {

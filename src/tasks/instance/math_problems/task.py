@@ -1,15 +1,14 @@
 """Math problems: a question, an answer in `\\boxed{}`, scored by weighted reward functions.
 
-With `max_round` > 1 a wrong answer earns a short feedback message and another try (a
-multi-turn episode); the reward is that of the last answer.
+`MathProblemsTask` is the family (the problems, the reward settings, the group rewards);
+`MathEpisode` is one episode. With `max_round` > 1 a wrong answer earns a short feedback
+message and another try (a multi-turn episode); the reward is that of the last answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, Literal
-
-import gymnasium
 
 from src.records.chat import Role
 from src.records.episode import Episode, Outcome, Sample
@@ -26,14 +25,20 @@ from src.tasks.instance.math_problems.verl_reward import (
     load_compute_score,
     read_score,
 )
-from src.tasks.task import StepOutcome, Task
+from src.tasks.task import (
+    EpisodeEnv,
+    StepOutcome,
+    Task,
+    parse_split_sample_id,
+    split_sample_ids,
+)
 
 WORKED_EXAMPLE = ("Example:\nQuestion: What is 3 + 4?\nAnswer: 3 + 4 = 7. The answer is "
                   "\\boxed{7}.\n\n")
 CUSTOM = "custom"  # the reward name of a verl `custom_reward_function`
 
 
-class MathProblemsTask(Task):
+class MathProblemsTask(Task["MathEpisode"]):
     def __init__(
         self,
         source: Literal["procedural", "gsm8k", "file"] = "procedural",
@@ -94,13 +99,10 @@ class MathProblemsTask(Task):
         else:
             count = (len(self._rows) - self.num_validation if split == "train"
                      else self.num_validation)
-        return [f"{split}-{index:06d}" for index in range(count)]
+        return split_sample_ids(split, count)
 
     def _get_sample(self, sample_id: str) -> Sample:
-        split, _, number = sample_id.rpartition("-")
-        if split not in ("train", "validation") or not number.isdigit():
-            raise KeyError(f"malformed math sample id '{sample_id}'")
-        index = int(number)
+        split, index = parse_split_sample_id(sample_id)
         if self.source == "procedural":
             return procedural_sample(self.seed, split, index, self.levels)
         offset = 0 if split == "train" else len(self._rows) - self.num_validation
@@ -108,36 +110,23 @@ class MathProblemsTask(Task):
         return Sample(sample_id=sample_id, category=self.source,
                       data={"question": question, "answer": answer})
 
-    def _reset(self, sample: Sample) -> str:
-        prefix = WORKED_EXAMPLE if self.worked_example else ""
-        return f"{prefix}Question: {sample.data['question']}\n{self.instruction}"
+    def new_episode(self) -> MathEpisode:
+        return MathEpisode(self)
 
     # ---- rewards -------------------------------------------------------------------
-    def _text_scores(self, completion: str) -> tuple[dict[str, float], dict[str, float]]:
-        """(reward values by name, extra metrics) of one completion."""
-        assert self.sample is not None
-        gold = self.sample.data["answer"]
+    def text_scores(self, sample: Sample,
+                    completion: str) -> tuple[dict[str, float], dict[str, float]]:
+        """(reward values by name, extra metrics) of one completion of `sample`."""
+        gold = sample.data["answer"]
         names = {"accuracy", "boxed_answer"} | (set(self.reward_weights) & set(TEXT_REWARDS))
         scores = {name: TEXT_REWARDS[name](completion, gold) for name in sorted(names)}
         extras: dict[str, float] = {}
         if self._compute_score is not None:
-            extra_info: dict[str, Any] = {"sample_id": self.sample.sample_id,
-                                          "question": self.sample.data["question"]}
+            extra_info: dict[str, Any] = {"sample_id": sample.sample_id,
+                                          "question": sample.data["question"]}
             result = self._compute_score(self.data_source, completion, gold, extra_info)
             scores[CUSTOM], extras = read_score(result, "custom_reward_function")
         return scores, extras
-
-    def _step(self, action: str) -> StepOutcome:
-        scores, extras = self._text_scores(action)
-        correct = scores["accuracy"] > 0
-        reward = sum(weight * scores[name] for name, weight in self.reward_weights.items()
-                     if name in scores)
-        info: dict[str, Any] = {f"metric/{name}": value for name, value in scores.items()}
-        info.update({f"metric/{CUSTOM}/{key}": value for key, value in extras.items()})
-        if not correct and self.round_index < self.max_round:
-            return StepOutcome(observation=self.retry_message, info=info)
-        return StepOutcome(observation="", reward=reward, terminated=True,
-                           outcome=Outcome.CORRECT if correct else Outcome.INCORRECT, info=info)
 
     def _score_group(self, episodes: Sequence[Episode]) -> None:
         """Add the length-aware rewards (`cosine`, `length`), then z-normalise if asked.
@@ -165,10 +154,27 @@ class MathProblemsTask(Task):
                 episode.info["reward_before_normalisation"] = episode.reward
                 episode.reward = value
 
+
+class MathEpisode(EpisodeEnv[MathProblemsTask]):
+    def _reset(self, sample: Sample) -> str:
+        family = self.family
+        prefix = WORKED_EXAMPLE if family.worked_example else ""
+        return f"{prefix}Question: {sample.data['question']}\n{family.instruction}"
+
+    def _step(self, action: str) -> StepOutcome:
+        assert self.sample is not None
+        family = self.family
+        scores, extras = family.text_scores(self.sample, action)
+        correct = scores["accuracy"] > 0
+        reward = sum(weight * scores[name] for name, weight in family.reward_weights.items()
+                     if name in scores)
+        info: dict[str, Any] = {f"metric/{name}": value for name, value in scores.items()}
+        info.update({f"metric/{CUSTOM}/{key}": value for key, value in extras.items()})
+        if not correct and self.round_index < family.max_round:
+            return StepOutcome(observation=family.retry_message, info=info)
+        return StepOutcome(observation="", reward=reward, terminated=True,
+                           outcome=Outcome.CORRECT if correct else Outcome.INCORRECT, info=info)
+
     def _oracle_reply(self) -> str:
         assert self.sample is not None
         return f"The answer is \\boxed{{{self.sample.data['answer']}}}."
-
-
-gymnasium.register(id="math/MathProblems-v0",
-                   entry_point="src.tasks.instance.math_problems.task:MathProblemsTask")

@@ -1,0 +1,95 @@
+"""A language model's chat template, probed once for how one turn closes and the next opens.
+
+Multi-turn trajectories are built by appending token ids, never by re-rendering the
+chat, so every layer that renders prompts (agents, offline training, benchmarks) needs
+the same rendering and the same turn boundary; they live here, below all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from src.language_models.language_model import LanguageModel
+
+_PROBE_USER, _PROBE_AGENT = "PROBE-USER-TEXT", "PROBE-AGENT-TEXT"
+
+
+class TemplateError(ValueError):
+    """The chat template cannot be extended turn by turn with token suffixes."""
+
+
+def render_chat(language_model: LanguageModel, system_prompt: str | None,
+                chat: Sequence[tuple[str, str]], generation_prompt: bool) -> str:
+    """The chat template's text for (role, content) pairs with roles "user" / "agent",
+    mapped by the model's `role_dict`, after the system prompt if there is one."""
+    roles = language_model.role_dict
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    messages += [{"role": roles[role], "content": content} for role, content in chat]
+    return language_model.tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=generation_prompt)
+
+
+def probe_template(language_model: LanguageModel, system_prompt: str | None) -> tuple[str, str]:
+    """(text that closes an agent turn, text that opens a user turn up to the next reply).
+
+    Checks the prefix property: the rendering up to an agent turn must be a prefix
+    of the rendering with one more user turn and the generation prompt.
+    """
+    through_agent = render_chat(language_model, system_prompt,
+                                [("user", _PROBE_USER), ("agent", _PROBE_AGENT)], False)
+    next_turn = render_chat(language_model, system_prompt,
+                            [("user", _PROBE_USER), ("agent", _PROBE_AGENT),
+                             ("user", _PROBE_USER)], True)
+    if not next_turn.startswith(through_agent):
+        raise TemplateError("the chat template re-renders earlier turns (prefix property "
+                            "fails), so multi-turn token trajectories cannot be appended")
+    closing = through_agent[through_agent.rindex(_PROBE_AGENT) + len(_PROBE_AGENT):]
+    opening = next_turn[len(through_agent):]
+    return closing, opening
+
+
+@dataclass(frozen=True)
+class TurnBoundary:
+    """What goes between an agent's reply and its next one, as the template renders it.
+
+    `closing_ids` close the agent turn and start with `end_of_turn_id`, the token the
+    sampler stops on; `opening` is the text of a user turn up to the next generation
+    prompt, with `_PROBE_USER` where the user's message goes.
+    """
+
+    closing_ids: tuple[int, ...]
+    opening: str
+
+    @property
+    def end_of_turn_id(self) -> int:
+        return self.closing_ids[0]
+
+    def closing_after(self, sampled_ids: Sequence[int]) -> list[int]:
+        """The closing ids still missing after a reply: those that follow the end-of-turn
+        token when the reply stopped on it, else all of them, so that a reply cut off by
+        the token limit still ends with the end-of-turn token whatever its last token is."""
+        if sampled_ids and sampled_ids[-1] == self.end_of_turn_id:
+            return list(self.closing_ids[1:])
+        return list(self.closing_ids)
+
+    def opening_text(self, user_message: str) -> str:
+        return self.opening.replace(_PROBE_USER, user_message)
+
+
+def probe_turn_boundary(language_model: LanguageModel, system_prompt: str | None) -> TurnBoundary:
+    """The template's turn boundary, with the closing tokenized once.
+
+    Raises TemplateError unless the closing starts with one of the model's end-of-turn
+    tokens: only then does the sampler stop where the template ends a turn, and can a
+    turn's end be decided on token ids rather than on decoded text.
+    """
+    closing, opening = probe_template(language_model, system_prompt)
+    closing_ids = tuple(language_model.tokenizer(closing, add_special_tokens=False)["input_ids"])
+    end_of_turn_ids = language_model.end_of_turn_ids()
+    if not closing_ids or closing_ids[0] not in end_of_turn_ids:
+        raise TemplateError(
+            f"the chat template closes an agent turn with {closing!r} (ids {list(closing_ids)}), "
+            f"which does not start with one of the model's end-of-turn tokens "
+            f"{list(end_of_turn_ids)}: the sampler would not stop where the template ends a turn")
+    return TurnBoundary(closing_ids, opening)

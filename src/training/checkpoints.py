@@ -1,0 +1,114 @@
+"""The one checkpoint store of every pipeline.
+
+A store is a folder of `checkpoint-NNNNNN/` (NNNNNN: batches or epochs committed), each:
+  lora_weights/        the adapter, PEFT format
+  optimizer_state.pt   optimiser and learning-rate schedule
+  rng_state.pt         every random generator a training step draws from
+  training_step.json   the trainer's other state (step, policy version, KL coefficient, ...)
+  best.json            present when this checkpoint is a new best
+and `best/` (lora_weights/ + best.json), promoted from a checkpoint only after the run has
+committed it, so that a kill in between never leaves a best/ from a discarded batch.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from src.language_models.language_model import TrainableLanguageModel
+from src.storage.files import atomic_directory, atomic_write_json, remove_stale_temporaries
+from src.training.rng_state import load_rng_state, save_rng_state
+
+ADAPTER = "lora_weights"
+OPTIMIZER = "optimizer_state.pt"
+RNG = "rng_state.pt"
+TRAINING_STEP = "training_step.json"
+BEST_MARK = "best.json"
+BEST = "best"
+PREFIX = "checkpoint-"
+
+
+def save_training_state(directory: Path, model: TrainableLanguageModel,
+                        optimizer: torch.optim.Optimizer | None,
+                        scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+                        extra: dict[str, Any]) -> None:
+    """Write the adapter, optimiser, schedule, RNG and `extra` into an empty `directory`."""
+    model.save_adapter(directory / ADAPTER)
+    torch.save({"optimizer": optimizer.state_dict() if optimizer else None,
+                "scheduler": scheduler.state_dict() if scheduler else None},
+               directory / OPTIMIZER)
+    save_rng_state(directory / RNG)
+    atomic_write_json(directory / TRAINING_STEP,
+                      {"policy_version": model.policy_version, **extra})
+
+
+def load_training_state(directory: Path, model: TrainableLanguageModel,
+                        optimizer: torch.optim.Optimizer | None,
+                        scheduler: torch.optim.lr_scheduler.LRScheduler | None
+                        ) -> dict[str, Any]:
+    """Read back what save_training_state wrote; returns `extra` (with policy_version)."""
+    extra = json.loads((directory / TRAINING_STEP).read_text(encoding="utf-8"))
+    model.load_adapter(directory / ADAPTER, extra["policy_version"])
+    saved = torch.load(directory / OPTIMIZER, weights_only=False)
+    if optimizer is not None and saved["optimizer"] is not None:
+        optimizer.load_state_dict(saved["optimizer"])
+    if scheduler is not None and saved["scheduler"] is not None:
+        scheduler.load_state_dict(saved["scheduler"])
+    load_rng_state(directory / RNG)
+    return extra
+
+
+def mark_best(directory: Path, record: dict[str, Any]) -> None:
+    """Declare the checkpoint being written in `directory` a new best (promoted later)."""
+    atomic_write_json(directory / BEST_MARK, record)
+
+
+class CheckpointStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, step: int) -> Path:
+        return self.root / f"{PREFIX}{step:06d}"
+
+    def steps(self) -> list[int]:
+        if not self.root.is_dir():
+            return []
+        return sorted(int(folder.name.removeprefix(PREFIX))
+                      for folder in self.root.glob(f"{PREFIX}*") if folder.is_dir())
+
+    def write(self, step: int) -> AbstractContextManager[Path]:
+        """`with store.write(step) as folder:` fill `folder`; it replaces the checkpoint in
+        one rename when the block succeeds."""
+        return atomic_directory(self.path(step))
+
+    def prune(self, keep: int, committed: int) -> None:
+        """Keep the newest `keep` committed checkpoints; drop any beyond the commit point
+        (a batch that was in flight when the run was killed) and stale temporaries."""
+        remove_stale_temporaries(self.root)
+        steps = self.steps()
+        for step in steps:
+            if step > committed:
+                shutil.rmtree(self.path(step))
+        kept = [step for step in steps if step <= committed]
+        for step in kept[:-keep] if keep > 0 else []:
+            shutil.rmtree(self.path(step))
+
+    def promote_best(self, step: int) -> bool:
+        """Copy checkpoint `step`'s adapter to best/ if it was marked best and best/ does not
+        hold it yet (so calling this again after a resume is harmless)."""
+        mark = self.path(step) / BEST_MARK
+        if not mark.is_file():
+            return False
+        record = json.loads(mark.read_text(encoding="utf-8"))
+        current = self.root / BEST / BEST_MARK
+        if current.is_file() and json.loads(current.read_text(encoding="utf-8")) == record:
+            return False
+        with atomic_directory(self.root / BEST) as best:
+            shutil.copytree(self.path(step) / ADAPTER, best / ADAPTER)
+            atomic_write_json(best / BEST_MARK, record)
+        return True

@@ -1,0 +1,129 @@
+"""The one update path: token rows -> micro-batches -> objective -> backward -> one
+optimiser step per mini-batch. Every pipeline (online RL, offline groups, supervised)
+trains through it, and saves and restores its state through src.training.checkpoints."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from src.configuration.components import import_dotted
+from src.language_models.language_model import ScoredTokens, TrainableLanguageModel
+from src.training.checkpoints import load_training_state, save_training_state
+from src.training.micro_batches import split_by_token_budget
+from src.training.objectives import MiniBatchTotals
+from src.training.optimisation import (
+    LearningRateSchedule,
+    clipped_optimizer_step,
+    learning_rate_factor,
+)
+from src.training.settings import OptimizerSettings
+from src.training.token_metrics import TokenMetrics
+from src.training.token_rows import TokenRows
+
+
+class Objective(Protocol):
+    with_entropy: bool
+    dropout: bool  # LoRA dropout on while scoring for the loss
+
+    def __call__(self, part: TokenRows, scored: ScoredTokens, totals: MiniBatchTotals,
+                 metrics: TokenMetrics) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class StepResult:
+    loss: float
+    grad_norm: float
+    learning_rate: float  # the rate this step used
+
+
+class Learner:
+    def __init__(self, model: TrainableLanguageModel, settings: OptimizerSettings) -> None:
+        self.model = model
+        self.settings = settings
+        optimizer_type = (getattr(torch.optim, settings.optimizer_class, None)
+                          or import_dotted(settings.optimizer_class))
+        self.optimizer: torch.optim.Optimizer = optimizer_type(
+            model.trainable_parameters(), lr=settings.learning_rate,
+            weight_decay=settings.weight_decay)
+        self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
+        self.step = 0  # optimiser steps taken
+
+    def schedule(self, total_steps: int, warmup_ratio: float | None = None,
+                 kind: LearningRateSchedule | None = None) -> None:
+        """Linear warmup then constant or cosine over `total_steps` optimiser steps."""
+        total_steps = max(1, total_steps)
+        ratio = self.settings.warmup_ratio if warmup_ratio is None else warmup_ratio
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, learning_rate_factor(
+            int(ratio * total_steps), total_steps, kind or self.settings.lr_schedule))
+
+    # ---- micro-batches -------------------------------------------------------------
+    def micro_batches(self, rows: TokenRows, indices: Sequence[int]) -> list[list[int]]:
+        """`gradient_accumulation_steps` equal parts, each cut further so that its padded
+        size (rows x longest row) stays within `micro_batch_max_tokens`."""
+        count = max(1, min(self.settings.gradient_accumulation_steps, len(indices)))
+        size = math.ceil(len(indices) / count)
+        parts = [list(indices[start:start + size]) for start in range(0, len(indices), size)]
+        lengths = rows.lengths
+        return [micro for part in parts for micro in split_by_token_budget(
+            part, lengths, self.settings.micro_batch_max_tokens)]
+
+    # ---- scoring without gradients -------------------------------------------------
+    @torch.no_grad()
+    def score(self, rows: TokenRows, *, temperature: float = 1.0,
+              with_adapter: bool = True) -> torch.Tensor:
+        """Per-token log-probs [rows, length] on the CPU (0 where the loss mask is 0)."""
+        self.model.eval_mode()
+        scores = torch.zeros_like(rows.batch.loss_mask)
+        for micro in self.micro_batches(rows, range(len(rows))):
+            part = rows.select(micro)
+            logprobs = self.model.score(part.batch, temperature=temperature,
+                                        with_adapter=with_adapter).logprobs
+            scores[micro, : logprobs.shape[1]] = logprobs.to(scores.device)
+        return scores
+
+    # ---- one optimiser step --------------------------------------------------------
+    def update(self, rows: TokenRows, indices: Sequence[int], objective: Objective,
+               metrics: TokenMetrics, temperature: float = 1.0) -> StepResult:
+        """Accumulate the objective's gradient over the mini-batch `indices` in
+        micro-batches, then take one clipped optimiser step."""
+        if objective.dropout:
+            self.model.train_mode()
+        else:
+            self.model.eval_mode()
+        mini_mask = rows.batch.loss_mask[list(indices)]
+        totals = MiniBatchTotals(num_sequences=len(indices), num_tokens=float(mini_mask.sum()),
+                                 longest_completion=int(mini_mask.sum(-1).max().item()))
+        step_loss = 0.0
+        with torch.enable_grad():
+            for micro in self.micro_batches(rows, indices):
+                part = rows.select(micro)
+                scored = self.model.score(part.batch, temperature=temperature,
+                                          with_entropy=objective.with_entropy)
+                loss = objective(part, scored, totals, metrics)
+                loss.backward()
+                step_loss += loss.item()
+        learning_rate = self.optimizer.param_groups[0]["lr"]
+        norm = clipped_optimizer_step(self.optimizer, self.scheduler,
+                                      self.model.trainable_parameters(),
+                                      self.settings.max_grad_norm)
+        self.step += 1
+        self.model.eval_mode()
+        return StepResult(step_loss, norm, learning_rate)
+
+    # ---- state ---------------------------------------------------------------------
+    def save(self, directory: Path, extra: dict[str, Any]) -> None:
+        save_training_state(directory, self.model, self.optimizer, self.scheduler,
+                            {"optimizer_step": self.step, **extra})
+
+    def restore(self, directory: Path, restore_optimizer: bool = True) -> dict[str, Any]:
+        extra = load_training_state(directory, self.model,
+                                    self.optimizer if restore_optimizer else None,
+                                    self.scheduler if restore_optimizer else None)
+        self.step = extra["optimizer_step"]
+        return extra

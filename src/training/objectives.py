@@ -1,0 +1,106 @@
+"""Losses of one micro-batch, given what the model scored: the policy-gradient objective
+(RL, online or offline) and the cross-entropy objective (supervised, RCE warm-up).
+
+Each is called by the learner (src.training.learner) once per micro-batch with the
+mini-batch's totals, so that micro-batches add up to the mini-batch's loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from src.language_models.language_model import ScoredTokens
+from src.training.aggregation import LossAggregation, aggregate
+from src.training.kl import KLEstimator, kl_penalty
+from src.training.policy_losses import PolicyLossFunction
+from src.training.token_metrics import TokenMetrics
+from src.training.token_rows import TokenRows
+
+
+@dataclass(frozen=True)
+class MiniBatchTotals:
+    """Denominators of the whole mini-batch (not of one micro-batch)."""
+
+    num_sequences: int
+    num_tokens: float
+    longest_completion: int
+
+
+@dataclass
+class PolicyObjective:
+    """L = agg(w_t * policy_loss_t) + beta * agg(KL_t) - entropy_coeff * agg(H_t).
+
+    w_t are the rows' importance weights (1 without a mismatch correction). KL is taken to
+    `ref_logprobs` when the rows carry them (and only logged when beta is 0).
+    `measure_drift` logs |trainer - sampler| before the first step of a batch.
+    """
+
+    policy_loss: PolicyLossFunction
+    aggregation: LossAggregation = "token-mean"
+    norm_length: int | None = None  # None: the mini-batch's longest completion
+    kl_coef: float = 0.0
+    kl_estimator: KLEstimator = "k3"
+    entropy_coeff: float = 0.0
+    measure_drift: bool = False
+    with_entropy: bool = True
+    dropout: bool = False  # the ratio is 1 on policy only if scoring matches sampling
+
+    def __call__(self, part: TokenRows, scored: ScoredTokens, totals: MiniBatchTotals,
+                 metrics: TokenMetrics) -> torch.Tensor:
+        assert part.old_logprobs is not None and part.advantages is not None
+        logp = scored.logprobs
+        device = logp.device  # the rows are built on the CPU; the model may score on a GPU
+        mask = part.batch.loss_mask.to(device)
+        old = part.old_logprobs.to(device)
+        result = self.policy_loss(logp, old, part.advantages[:, None].to(device), mask)
+        per_token = result.per_token
+        if part.token_weights is not None:
+            per_token = per_token * part.token_weights.to(device)
+        reduce = partial(aggregate, mask=mask, mode=self.aggregation,
+                         norm_length=self.norm_length or totals.longest_completion,
+                         num_sequences=totals.num_sequences, num_tokens=totals.num_tokens)
+        loss = reduce(per_token)
+        if self.entropy_coeff:
+            assert scored.entropy is not None
+            loss = loss - self.entropy_coeff * reduce(scored.entropy)
+        if part.ref_logprobs is not None:
+            kl = kl_penalty(logp, part.ref_logprobs.to(device), self.kl_estimator)
+            if self.kl_coef > 0:
+                loss = loss + self.kl_coef * reduce(kl)
+            metrics.add("kl", kl, mask)
+        metrics.add("clip_ratio/low_mean", result.clipped_low.float(), mask)
+        metrics.add("clip_ratio/high_mean", result.clipped_high.float(), mask)
+        if scored.entropy is not None:
+            metrics.add("entropy", scored.entropy, mask)
+        if self.measure_drift and part.sampler_logprobs is not None:
+            metrics.add("logprob_diff/sampler_trainer",
+                        (logp - part.sampler_logprobs.to(device)).abs(), mask)
+        return loss
+
+
+@dataclass
+class CrossEntropyObjective:
+    """L = agg(-w_row * logp_t) over the masked tokens (references 1b: the supervised
+    loss is token-mean). With softmax weights per group, `seq-mean-token-sum` and
+    `num_sequences` = the mini-batch's groups, this is the RCE warm-up loss
+    (1 / groups) sum_g sum_i w_i CE(pi, y_i)."""
+
+    aggregation: LossAggregation = "token-mean"
+    num_sequences: int | None = None  # overrides the mini-batch's row count
+    with_entropy: bool = False
+    dropout: bool = True
+
+    def __call__(self, part: TokenRows, scored: ScoredTokens, totals: MiniBatchTotals,
+                 metrics: TokenMetrics) -> torch.Tensor:
+        logp = scored.logprobs
+        mask = part.batch.loss_mask.to(logp.device)
+        negative = -logp
+        if part.row_weights is not None:
+            negative = negative * part.row_weights.to(logp.device)[:, None]
+        metrics.add("nll", -logp, mask)
+        return aggregate(negative, mask, self.aggregation,
+                         num_sequences=self.num_sequences or totals.num_sequences,
+                         num_tokens=totals.num_tokens)

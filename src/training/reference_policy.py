@@ -1,0 +1,36 @@
+"""The KL reference: the base model (adapter off) or the adapter the run started from."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from src.language_models.language_model import TrainableLanguageModel
+from src.training.learner import Learner
+from src.training.token_rows import TokenRows
+
+
+class ReferencePolicy:
+    def __init__(self, model: TrainableLanguageModel,
+                 kind: Literal["base", "initial_adapter"]) -> None:
+        self.kind = kind
+        self.model = model
+        # Taken when the trainer is built, before any update or resume: the weights then
+        # are those of the model's adapter_path (or the zero-delta start).
+        self._initial = ([parameter.detach().clone() for parameter in
+                          model.trainable_parameters()] if kind == "initial_adapter" else [])
+
+    @torch.no_grad()
+    def score(self, learner: Learner, rows: TokenRows, temperature: float) -> torch.Tensor:
+        if self.kind == "base":
+            return learner.score(rows, temperature=temperature, with_adapter=False)
+        parameters = self.model.trainable_parameters()
+        current = [parameter.detach().clone() for parameter in parameters]
+        try:
+            for parameter, initial in zip(parameters, self._initial, strict=True):
+                parameter.copy_(initial)
+            return learner.score(rows, temperature=temperature)
+        finally:
+            for parameter, value in zip(parameters, current, strict=True):
+                parameter.copy_(value)

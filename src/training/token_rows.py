@@ -1,0 +1,62 @@
+"""What every pipeline trains on: token rows with their masks and aligned values."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+
+import torch
+
+from src.language_models.language_model import TokenBatch
+
+
+@dataclass
+class TokenRows:
+    """Right-padded token rows (`batch`), and per row or per token what the loss needs.
+
+    Per row [rows]: `advantages`, `row_weights` (cross-entropy weights). Per token
+    [rows, length], aligned with `batch.input_ids`: `old_logprobs` (the PPO ratio's
+    denominator), `ref_logprobs` (the KL reference), `sampler_logprobs` (what the
+    sampler recorded), `token_weights` (importance weights, no gradient).
+    """
+
+    batch: TokenBatch
+    advantages: torch.Tensor | None = None
+    row_weights: torch.Tensor | None = None
+    old_logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    sampler_logprobs: torch.Tensor | None = None
+    token_weights: torch.Tensor | None = None
+
+    @classmethod
+    def from_sequences(cls, sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[int]],
+                       pad_id: int) -> TokenRows:
+        return cls(TokenBatch.from_sequences(sequences, masks, pad_id=pad_id))
+
+    def __len__(self) -> int:
+        return int(self.batch.input_ids.shape[0])
+
+    @property
+    def lengths(self) -> list[int]:
+        return self.batch.attention_mask.sum(-1).tolist()
+
+    def aligned(self, per_row: Sequence[torch.Tensor]) -> torch.Tensor:
+        """[rows, length] from one 1-D tensor per row of values at its masked positions."""
+        full = torch.zeros_like(self.batch.loss_mask)
+        full[self.batch.loss_mask > 0] = torch.cat(list(per_row)).to(full.dtype)
+        return full
+
+    def select(self, rows: Sequence[int]) -> TokenRows:
+        """These rows, cut to the longest of them (padding costs compute)."""
+        index = torch.tensor(list(rows), dtype=torch.long)
+        width = int(self.batch.attention_mask[index].sum(-1).max().item())
+        batch = TokenBatch(self.batch.input_ids[index, :width],
+                           self.batch.attention_mask[index, :width],
+                           self.batch.loss_mask[index, :width])
+        values = {}
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if item.name == "batch" or value is None:
+                continue
+            values[item.name] = value[index, :width] if value.dim() == 2 else value[index]
+        return replace(self, batch=batch, **values)

@@ -1,0 +1,121 @@
+"""The task contract on the README's example: a family built once, thin episode environments,
+the final methods' invariants, the one sample-id scheme, and the rollout's use of them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from src.agents.instance.oracle_agent import OracleAgent
+from src.experiment.rollout import roll_out_lockstep
+from src.records.episode import Episode, EpisodeStatus, Outcome, Sample
+from src.tasks.task import (
+    EpisodeEnv,
+    StepOutcome,
+    Task,
+    parse_split_sample_id,
+    split_sample_ids,
+)
+
+
+class EchoTask(Task["EchoEpisode"]):
+    def __init__(self, max_round: int = 1) -> None:
+        super().__init__(max_round=max_round)
+        self.handed_out: list[EchoEpisode] = []
+        self.groups: list[list[str]] = []
+
+    def sample_ids(self, split: str = "train") -> Sequence[str]:
+        return split_sample_ids(split, 10)
+
+    def _get_sample(self, sample_id: str) -> Sample:
+        return Sample(sample_id=sample_id, data={"word": sample_id})
+
+    def new_episode(self) -> EchoEpisode:
+        self.handed_out.append(EchoEpisode(self))
+        return self.handed_out[-1]
+
+    def _score_group(self, episodes: Sequence[Episode]) -> None:
+        self.groups.append([episode.sample.sample_id for episode in episodes])
+
+
+class EchoEpisode(EpisodeEnv[EchoTask]):
+    closed = False
+
+    def _reset(self, sample: Sample) -> str:
+        return f"Repeat exactly: {sample.data['word']}"
+
+    def _step(self, action: str) -> StepOutcome:
+        assert self.sample is not None
+        correct = action.strip() == self.sample.data["word"]
+        return StepOutcome("", reward=float(correct), terminated=correct,
+                           outcome=Outcome.CORRECT if correct else Outcome.INCORRECT)
+
+    def _oracle_reply(self) -> str:
+        assert self.sample is not None
+        return str(self.sample.data["word"])
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_one_id_scheme_for_numbered_splits() -> None:
+    assert split_sample_ids("validation", 2) == ["validation-000000", "validation-000001"]
+    assert parse_split_sample_id("train-000012") == ("train", 12)
+    for malformed in ("test-000001", "train-x", "train"):
+        with pytest.raises(KeyError, match="malformed sample id"):
+            parse_split_sample_id(malformed)
+    with pytest.raises(ValueError, match="unknown split"):
+        split_sample_ids("test", 1)
+
+
+def test_episode_status_round_limit_and_oracle() -> None:
+    task = EchoTask(max_round=2)
+    environment = task.new_episode()
+    with pytest.raises(RuntimeError, match="before reset"):
+        environment.step("x")
+    with pytest.raises(RuntimeError, match="before reset"):
+        environment.oracle_reply()
+    observation, info = environment.reset(options={"sample_id": "train-000003"})
+    assert observation == "Repeat exactly: train-000003"
+    assert info == {"sample_id": "train-000003", "category": "default"}
+    *_, terminated, truncated, info = environment.step("no")
+    assert (terminated, truncated, info["status"]) == (False, False, EpisodeStatus.RUNNING)
+    _, reward, terminated, truncated, info = environment.step("still no")
+    assert (reward, terminated, truncated) == (0.0, False, True)
+    assert (info["status"], info["outcome"]) == (EpisodeStatus.TASK_LIMIT_REACHED,
+                                                 Outcome.INCORRECT)
+    environment.reset(options={"sample": task.get_sample("train-000001")})
+    _, reward, terminated, _, info = environment.step(environment.oracle_reply())
+    assert (reward, terminated, info["status"]) == (1.0, True, EpisodeStatus.COMPLETED)
+
+
+def test_family_invariants() -> None:
+    with pytest.raises(ValueError, match="max_round"):
+        EchoTask(max_round=0)
+
+    class Renaming(EchoTask):
+        def _get_sample(self, sample_id: str) -> Sample:
+            return Sample(sample_id="other")
+
+    with pytest.raises(ValueError, match="asked for sample 'train-000000', got 'other'"):
+        Renaming().get_sample("train-000000")
+    task = EchoTask()
+    running = Episode(task.get_sample("train-000000"), 0, 0, task.new_episode())
+    with pytest.raises(RuntimeError, match="still running"):
+        task.score_group([running])
+
+
+def test_rollout_hands_each_slot_a_new_environment_and_closes_them() -> None:
+    task = EchoTask()
+    samples = [(task.get_sample(sample_id), group) for sample_id in task.sample_ids()[:3]
+               for group in range(2)]
+    episodes = roll_out_lockstep(samples, task, OracleAgent(), batch_index=0,
+                                 seeds=list(range(len(samples))))
+    assert len(task.handed_out) == 6 and len({id(e) for e in task.handed_out}) == 6
+    assert [episode.task for episode in episodes] == task.handed_out
+    assert all(environment.closed for environment in task.handed_out)
+    assert all(episode.outcome is Outcome.CORRECT for episode in episodes)
+    assert task.groups == [["train-000000"] * 2, ["train-000001"] * 2, ["train-000002"] * 2]
+    # each slot's seed reached its own environment
+    assert [env.np_random_seed for env in task.handed_out] == list(range(6))

@@ -23,7 +23,7 @@ from src.experiment.assembly import (  # noqa: E402
     plan_experiment,
 )
 from src.experiment.loop import ExperimentLoop  # noqa: E402
-from src.experiment.run_directory import start_run  # noqa: E402
+from src.experiment.run_directory import StorageFailure, start_run, storage_guard  # noqa: E402
 from src.offline_training.config import declares_offline_training  # noqa: E402
 from src.offline_training.run import run_offline_training  # noqa: E402
 
@@ -43,8 +43,18 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command's exit status: 0 done, 2 a config or data error, 3 the output folder
+    refused a write (full or read-only; the run resumes once it is fixed)."""
     arguments = parse_arguments(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return run_command(arguments)
+    except StorageFailure as failure:
+        print(f"storage error: {failure}", file=sys.stderr)
+        return 3
+
+
+def run_command(arguments: argparse.Namespace) -> int:
     if declares_offline_training(arguments.config_path):
         return run_offline_training(arguments.config_path, arguments.output_dir,
                                     arguments.dry_run, arguments.new_run,
@@ -64,14 +74,15 @@ def main(argv: list[str] | None = None) -> int:
         return started
     run, state, plan = started
     assert isinstance(plan, ExperimentPlan)
-    components = build_components(plan)
-    loop = ExperimentLoop(plan.config.assignment_config, components, run,
-                          show_progress=not arguments.no_progress)
-    try:
-        summary = loop.execute(state)
-    finally:
-        for language_model in components.language_models.values():
-            language_model.close()
+    with storage_guard(run.path):
+        components = build_components(plan)
+        try:
+            loop = ExperimentLoop(plan.config.assignment_config, components, run,
+                                  show_progress=not arguments.no_progress)
+            summary = loop.execute(state)
+        finally:
+            for language_model in components.language_models.values():
+                language_model.close()
     print(json.dumps(summary["overall"], indent=2))
     return 0
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import datetime
 import glob
 import json
+import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -15,7 +17,13 @@ from pydantic import BaseModel, ConfigDict
 
 from src.configuration.assignment import RESUME_SAFE_KEYS
 from src.configuration.errors import ConfigError
-from src.storage.files import atomic_write_json, atomic_write_text, remove_stale_temporaries
+from src.storage.files import (
+    atomic_write_json,
+    atomic_write_text,
+    probe_writable,
+    remove_stale_temporaries,
+    storage_os_error,
+)
 from src.training.checkpoints import CheckpointStore
 
 TIMESTAMP = "{TIMESTAMP}"
@@ -132,6 +140,44 @@ class RunDirectory:
         atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")
 
 
+class StorageFailure(Exception):
+    """A write into the run folder failed for want of space or permission. What the run had
+    committed is untouched; the message says where it stands and how to resume."""
+
+
+def _describe_storage_failure(folder: Path, cause: OSError) -> str:
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    free_mib = shutil.disk_usage(existing).free / (1 << 20)
+    where = cause.filename or existing
+    state = RunDirectory(folder).read_state() if (folder / STATE_FILE).is_file() else None
+    if state is None:
+        committed = "nothing had been committed yet"
+    else:
+        committed = (f"the last committed state is kept ({folder / STATE_FILE}: "
+                     f"completed_batches {state.completed_batches})")
+    return (f"cannot write {where}: {cause.strerror} ({free_mib:.1f} MiB free on its file "
+            f"system); {committed}. Free space or make the folder writable, then run the "
+            "same command again to resume.")
+
+
+@contextmanager
+def storage_guard(folder: Path) -> Iterator[None]:
+    """Turn a failed write into `StorageFailure` when the storage refused it: an OSError
+    such as ENOSPC or EROFS behind the error, or (when a library hid the cause) a folder
+    that fails a write probe. Any other error passes through unchanged."""
+    try:
+        yield
+    except StorageFailure:
+        raise
+    except Exception as error:
+        cause = storage_os_error(error, folder) or probe_writable(folder)
+        if cause is None:
+            raise
+        raise StorageFailure(_describe_storage_failure(folder, cause)) from error
+
+
 class Plan(Protocol):
     def describe(self) -> str: ...
 
@@ -150,7 +196,8 @@ def start_run(prepare: Callable[[], tuple[BaseModel, Plan, str]], config_path: P
             print("dry run: the config is valid")
             return 0
         run = RunDirectory.resolve(output_dir, config, fresh=new_run)
-        state = run.start(config, config_path)
+        with storage_guard(run.path):
+            state = run.start(config, config_path)
     except ConfigError as error:
         print(f"config error: {error}", file=sys.stderr)
         return 2

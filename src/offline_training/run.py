@@ -12,7 +12,7 @@ import torch
 from src.configuration.yaml_source import YamlSource
 from src.experiment.assembly import instantiate
 from src.experiment.loop import evaluate_on_validation
-from src.experiment.run_directory import RunDirectory, RunState, start_run
+from src.experiment.run_directory import RunDirectory, RunState, start_run, storage_guard
 from src.language_models.language_model import TrainableLanguageModel
 from src.offline_training.config import (
     GroupsConfig,
@@ -65,13 +65,14 @@ def run_offline_training(config_path: Path, output_dir: str | None = None,
     run, state, plan = started
     assert isinstance(plan, OfflineTrainingPlan)
     offline = plan.config.offline_training_config
-    try:
-        groups = snapshot_groups(run.path, lambda: read_configured_groups(offline.groups),
-                                 offline.groups.min_score_spread)
-    except GroupFileError as error:
-        print(f"data error: {error}", file=sys.stderr)
-        return 2
-    summary = train(plan, groups, run, state, show_progress)
+    with storage_guard(run.path):
+        try:
+            groups = snapshot_groups(run.path, lambda: read_configured_groups(offline.groups),
+                                     offline.groups.min_score_spread)
+        except GroupFileError as error:
+            print(f"data error: {error}", file=sys.stderr)
+            return 2
+        summary = train(plan, groups, run, state, show_progress)
     print(json.dumps(summary, indent=2))
     return 0
 

@@ -1,7 +1,9 @@
-"""Atomic file writes and an append-only jsonl log that can be cut back to a commit point."""
+"""Atomic file writes, an append-only jsonl log that can be cut back to a commit point, and
+telling a failed write's cause (a full disk, a read-only folder) from other failures."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -99,3 +101,49 @@ def read_numbered_json_lines(path: Path) -> list[tuple[int, Any]]:
                 raise ValueError(f"{path}:{number}: invalid JSON: {error.msg} "
                                  f"(column {error.colno})") from error
     return rows
+
+
+# Errors that say the storage, not the program, refused a write.
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS,
+                            errno.EACCES, errno.EPERM})
+PROBE_BYTES = 1 << 20
+
+
+def storage_os_error(error: BaseException, folder: Path) -> OSError | None:
+    """The OSError behind `error` (itself, or what it was raised from) in which storage
+    refused a write under `folder`, if any; a file elsewhere (say an unreadable model) is
+    not the folder's failure."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if (isinstance(current, OSError) and current.errno in STORAGE_ERRNOS
+                and (current.filename is None
+                     or Path(os.fsdecode(current.filename)).resolve().is_relative_to(
+                         folder.resolve()))):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def probe_writable(folder: Path) -> OSError | None:
+    """Write, fsync and remove a 1 MiB file in `folder` (or its nearest existing parent).
+    Libraries that wrap a failed write in their own error (torch.save says "file write
+    failed") hide the cause; a disk that is full or read-only fails this probe too."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        handle, name = tempfile.mkstemp(dir=existing, prefix=".write-probe.", suffix=".tmp")
+    except OSError as error:
+        return error if error.errno in STORAGE_ERRNOS else None
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(bytes(PROBE_BYTES))
+            stream.flush()
+            os.fsync(stream.fileno())
+    except OSError as error:
+        return error if error.errno in STORAGE_ERRNOS else None
+    finally:
+        Path(name).unlink(missing_ok=True)
+    return None

@@ -2,11 +2,13 @@
 and compare what it ends with against an uninterrupted run of the same assignment.
 
 1. The reference: the assignment run once without interruption (its wall time T).
-2. The killed run: started, SIGKILLed after a random delay, started again with the same
-   command, N times; each delay is drawn uniformly from [0, 2 T / N] after the restarted
-   process has loaded its model and entered the loop (its first "rolling out" log line),
-   so the kills spread over the whole run (rollouts, updates, checkpoint writes,
-   evaluation, pool syncs). Then it runs to its end.
+2. The killed run: started, SIGKILLed, started again with the same command, N times, then
+   run to its end. The kills are spread over the whole run: kill k picks a batch b_k
+   uniformly among the run's B batches (sorted, so the run moves on) and a delay d_k
+   uniformly in [0, 1.5 T / B]; the process is killed d_k seconds after it has committed
+   b_k batches and entered the loop (its first "rolling out" log line) - inside a
+   rollout, an update, a checkpoint write, an evaluation or a pool sync. A resumed run
+   redoes the batch in flight, so a kill loses at most that batch.
 3. The comparison: every adapter tensor of the final checkpoint bit for bit, runs.jsonl
    (each (batch, sample, group) once, and the same rows), metrics.jsonl (the same rows,
    wall-clock keys aside) and the evaluation files.
@@ -53,10 +55,11 @@ def started(log: Path, offset: int) -> bool:
     return "rolling out" in log.read_text(errors="replace")[offset:]
 
 
-def run(config_path: Path, output_dir: Path, log: Path, kill_after_s: float | None = None
-        ) -> dict:
-    """Start the command; once it has entered the loop, wait `kill_after_s` and SIGKILL it,
-    or (None) let it finish. Returns what happened, with the seconds it spent in the loop."""
+def run(config_path: Path, output_dir: Path, log: Path, kill_after_s: float | None = None,
+        after_batches: int = 0) -> dict:
+    """Start the command; once it has entered the loop and committed `after_batches`
+    batches, wait `kill_after_s` and SIGKILL it, or (None) let it finish. Returns what
+    happened, with the seconds it spent in the loop."""
     offset = log.stat().st_size if log.exists() else 0
     with log.open("a") as stream:
         process = subprocess.Popen(command(config_path, output_dir), cwd=PROJECT_ROOT,
@@ -65,6 +68,8 @@ def run(config_path: Path, output_dir: Path, log: Path, kill_after_s: float | No
         while process.poll() is None and not started(log, offset):
             time.sleep(0.05)
         in_loop = time.monotonic()
+        while process.poll() is None and completed_batches(output_dir) < after_batches:
+            time.sleep(0.05)
         try:
             process.wait(timeout=kill_after_s)
             ended = True
@@ -76,7 +81,7 @@ def run(config_path: Path, output_dir: Path, log: Path, kill_after_s: float | No
         raise SystemExit(f"{output_dir}: exit status {process.returncode}, see {log}")
     return {"killed_after_s": None if ended else round(kill_after_s or 0.0, 2),
             "loop_seconds": round(time.monotonic() - in_loop, 2),
-            "seconds": round(time.monotonic() - launched, 2),
+            "seconds": round(time.monotonic() - launched, 2), "after_batches": after_batches,
             "completed_batches": completed_batches(output_dir), "ended": ended}
 
 
@@ -136,17 +141,25 @@ def main() -> None:
     base = arguments.output_dir.resolve()
     base.mkdir(parents=True, exist_ok=True)
     reference, killed = base / "reference", base / "killed"
-    reference_run = run(arguments.config_path, reference, base / "reference.log")
+    reference_record = base / "reference.json"
+    if reference_record.is_file():  # an earlier invocation ran it to its end
+        reference_run = json.loads(reference_record.read_text())
+        print(f"reusing the reference run in {reference}", flush=True)
+    else:
+        reference_run = run(arguments.config_path, reference, base / "reference.log")
+        reference_record.write_text(json.dumps(reference_run, indent=2) + "\n")
     loop_seconds = reference_run["loop_seconds"]
-    print(f"reference run: {reference_run['seconds']:.0f} s, {loop_seconds:.0f} s in the loop",
-          flush=True)
+    batches = completed_batches(reference)
+    print(f"reference run: {reference_run['seconds']:.0f} s, {loop_seconds:.0f} s in the loop, "
+          f"{batches} batches", flush=True)
 
     generator = random.Random(arguments.seed)
+    targets = sorted(generator.randrange(batches) for _ in range(arguments.kills))
     kills = []
     killed_start = time.monotonic()
-    for index in range(arguments.kills):
-        delay = generator.uniform(0.0, 2 * loop_seconds / arguments.kills)
-        kills.append(run(arguments.config_path, killed, base / "killed.log", delay))
+    for index, target in enumerate(targets):
+        delay = generator.uniform(0.0, 1.5 * loop_seconds / batches)
+        kills.append(run(arguments.config_path, killed, base / "killed.log", delay, target))
         print(f"kill {index + 1}/{arguments.kills}: {kills[-1]}", flush=True)
     run(arguments.config_path, killed, base / "killed.log")
     killed_seconds = time.monotonic() - killed_start

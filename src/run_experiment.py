@@ -26,6 +26,7 @@ from src.experiment.loop import ExperimentLoop  # noqa: E402
 from src.experiment.run_directory import StorageFailure, start_run, storage_guard  # noqa: E402
 from src.offline_training.config import declares_offline_training  # noqa: E402
 from src.offline_training.run import run_offline_training  # noqa: E402
+from src.report.run_end import end_of_run_report  # noqa: E402
 
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -83,7 +84,9 @@ def run_command(arguments: argparse.Namespace) -> int:
         finally:
             for language_model in components.language_models.values():
                 language_model.close()
+        report = end_of_run_report(run.path)
     print(json.dumps(summary["overall"], indent=2))
+    print(report)
     return 0
 
 

@@ -15,8 +15,9 @@ SOURCE = Path(__file__).resolve().parents[1] / "src"
 
 # Higher imports lower; a package never imports one of the same or a higher rank.
 LAYERS: dict[str, int] = {
-    "run_experiment": 7,  # entry
-    "offline_training": 6, "report": 6,  # pipelines over the online one's run folder
+    "run_experiment": 8,  # entry
+    "offline_training": 7,  # a pipeline over the online one's run folder
+    "report": 6,  # reads run folders: curves, the end-of-run lines
     "experiment": 5,  # the online pipeline: loop, rollout, run folder
     "callbacks": 4,
     "training": 3,  # the training core

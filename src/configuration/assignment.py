@@ -12,10 +12,20 @@ class StrictModel(BaseModel):
 
 
 class ComponentConfig(StrictModel):
-    """A component: a registered `name`, or any class by its dotted `module` path."""
+    """A component: a registered `name`, or any class by its dotted `module` path (a class
+    path, or a module path whose module defines one class that fits the slot)."""
 
     name: str
     module: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class NestedComponentConfig(StrictModel):
+    """A component given as a parameter of another (LifelongAgentBench's task generator):
+    `module` names it, `name` may be left out."""
+
+    module: str
+    name: str | None = None
     parameters: dict[str, Any] = Field(default_factory=dict)
 
 

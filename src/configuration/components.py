@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ConfigDict, ValidationError, create_model
 
-from src.configuration.assignment import ComponentConfig
+from src.configuration.assignment import ComponentConfig, NestedComponentConfig
 from src.configuration.yaml_source import YamlSource
 
 # Registered short names; a config may name any other class by `module`.
@@ -40,16 +40,40 @@ def import_dotted(path: str) -> Any:
         raise ImportError(f"module '{module_name}' has no attribute '{attribute}'") from error
 
 
-def resolve_class(spec: ComponentConfig, key_path: tuple[str | int, ...], source: YamlSource,
+def import_component_class(path: str, expected_base: type) -> Any:
+    """A class path, or a module path (LifelongAgentBench names a module file, the class
+    implied): then the one concrete `expected_base` class the module itself defines."""
+    try:
+        module = importlib.import_module(path)
+    except ModuleNotFoundError as error:
+        if error.name != path:  # a missing package on the way, not a class path
+            raise ImportError(str(error)) from error
+        return import_dotted(path)
+    candidates = sorted(
+        (value for value in vars(module).values()
+         if inspect.isclass(value) and value.__module__ == module.__name__
+         and issubclass(value, expected_base) and not inspect.isabstract(value)),
+        key=lambda cls: cls.__name__)
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise ImportError(f"module '{path}' defines no {expected_base.__name__} class")
+    raise ImportError(
+        f"module '{path}' defines several {expected_base.__name__} classes "
+        f"({', '.join(cls.__name__ for cls in candidates)}): name one as '{path}.<Class>'")
+
+
+def resolve_class(spec: ComponentConfig | NestedComponentConfig,
+                  key_path: tuple[str | int, ...], source: YamlSource,
                   expected_base: type) -> type:
-    dotted = spec.module or REGISTRY.get(spec.name)
+    dotted = spec.module or REGISTRY.get(spec.name or "")
     where = (*key_path, "module") if spec.module else (*key_path, "name")
     if dotted is None:
         raise source.error(
             f"'{spec.name}' is not a registered component and no 'module' is given "
             f"(registered: {', '.join(sorted(REGISTRY))})", where)
     try:
-        cls = import_dotted(dotted)
+        cls = import_component_class(dotted, expected_base)
     except ImportError as error:
         raise source.error(f"cannot import '{dotted}': {error}", where) from error
     if not (inspect.isclass(cls) and issubclass(cls, expected_base)):
@@ -70,11 +94,13 @@ def constructor_fields(cls: type) -> dict[str, tuple[Any, Any]]:
 
 
 def validate_parameters(cls: type, parameters: dict[str, Any], key_path: tuple[str | int, ...],
-                        source: YamlSource, references: dict[str, type]) -> dict[str, Any]:
+                        source: YamlSource, references: dict[str, type],
+                        planned: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Check parameters against the constructor's type hints; unknown keys are errors.
 
     `references` maps a parameter type (e.g. LanguageModel) that a config names by
     string to that type: such parameters are checked as names and resolved later.
+    `planned` parameters hold nested components, checked by their own plans: kept as given.
     """
     fields = constructor_fields(cls)
     referenced = {name: field for name, field in fields.items()
@@ -82,6 +108,8 @@ def validate_parameters(cls: type, parameters: dict[str, Any], key_path: tuple[s
                                                        for ref in references.values())}
     for name in referenced:
         fields[name] = (str, fields[name][1])
+    for name in planned:
+        fields[name] = (Any, fields[name][1])
     model = create_model(f"{cls.__name__}Parameters",
                          __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=True),
                          **fields)

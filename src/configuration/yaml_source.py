@@ -77,15 +77,17 @@ class YamlSource:
                            key=".".join(str(part) for part in key_path) or None,
                            line=self.line_of(key_path))
 
-    def validate(self, model: type[Model]) -> Model:
-        """The document as `model`; a validation error names the first bad key and its line."""
+    def validate(self, model: type[Model], data: Any = None,
+                 key_path: tuple[str | int, ...] = ()) -> Model:
+        """The document (or `data`, written at `key_path` in it) as `model`; a validation
+        error names the first bad key and its line."""
         try:
-            return model.model_validate(self.data)
+            return model.model_validate(self.data if data is None else data)
         except ValidationError as error:
             first = error.errors()[0]
             messages = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
                                  for e in error.errors())
-            raise self.error(messages, tuple(first["loc"])) from error
+            raise self.error(messages, (*key_path, *first["loc"])) from error
 
 
 def load_yaml_text(text: str) -> Any:

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+import types
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import BaseModel
 
 from src.agents.agent import Agent
 from src.callbacks.callback import Callback
-from src.configuration.assignment import ComponentConfig, ExperimentConfig
+from src.configuration.assignment import (
+    ComponentConfig,
+    ExperimentConfig,
+    NestedComponentConfig,
+)
 from src.configuration.components import (
     constructor_fields,
     resolve_class,
@@ -65,25 +73,65 @@ def load_experiment_config(path: Path) -> tuple[ExperimentConfig, YamlSource]:
     return source.validate(ExperimentConfig), source
 
 
-def plan_component(spec: ComponentConfig, key_path: tuple[str | int, ...], source: YamlSource,
-                   base: type, language_model_names: set[str]) -> ComponentPlan:
-    """Resolve the class and check its parameters; a language-model parameter must name
-    one of `language_model_names`."""
+def plan_component(spec: ComponentConfig | NestedComponentConfig,
+                   key_path: tuple[str | int, ...], source: YamlSource, base: type,
+                   language_models: Mapping[str, ComponentPlan]) -> ComponentPlan:
+    """Resolve the class and check its parameters. A language-model parameter names one of
+    `language_models`, or, left out, is the one of them that fits; a parameter given as
+    `{module, parameters}` where the constructor takes a class is a nested component."""
     cls = resolve_class(spec, key_path, source, base)
-    parameters = validate_parameters(cls, spec.parameters, key_path, source,
-                                     {"language_model": LanguageModel})
+    fields = constructor_fields(cls)
+    given = dict(spec.parameters)
+    nested: dict[str, ComponentPlan] = {}
+    for name, value in given.items():
+        component_type = _nested_component_type(fields.get(name, (None,))[0])
+        if component_type is not None and isinstance(value, dict) and "module" in value:
+            where = (*key_path, "parameters", name)
+            nested[name] = plan_component(
+                source.validate(NestedComponentConfig, value, where), where, source,
+                component_type, language_models)
+    for name, (annotation, default) in fields.items():
+        if name not in given and default is ... and _is_language_model_type(annotation):
+            given[name] = _only_fitting_model(annotation, language_models, source,
+                                              (*key_path, "parameters", name))
+    parameters = validate_parameters(cls, given, key_path, source,
+                                     {"language_model": LanguageModel}, frozenset(nested))
     for name, value in parameters.items():
-        if _is_language_model_reference(cls, name) and value not in language_model_names:
+        if _is_language_model_type(fields[name][0]) and value not in language_models:
             raise source.error(
                 f"names language model '{value}', which is not in language_model_list "
-                f"(have: {', '.join(sorted(language_model_names)) or 'none'})",
+                f"(have: {', '.join(sorted(language_models)) or 'none'})",
                 (*key_path, "parameters", name))
-    return ComponentPlan(key_path, spec.name, cls, parameters)
+    return ComponentPlan(key_path, spec.name or cls.__name__, cls, {**parameters, **nested})
 
 
-def _is_language_model_reference(cls: type, parameter: str) -> bool:
-    annotation = constructor_fields(cls).get(parameter, (None,))[0]
+def _is_language_model_type(annotation: Any) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, LanguageModel)
+
+
+def _only_fitting_model(annotation: type, language_models: Mapping[str, ComponentPlan],
+                        source: YamlSource, key_path: tuple[str | int, ...]) -> str:
+    """The name of the one listed language model whose class fits the parameter."""
+    fitting = [name for name, plan in language_models.items()
+               if issubclass(plan.cls, annotation)]
+    if len(fitting) != 1:
+        raise source.error(
+            f"is required: {len(fitting)} language models in language_model_list are a "
+            f"{annotation.__name__} ({', '.join(fitting) or 'none'}); name one", key_path)
+    return fitting[0]
+
+
+def _nested_component_type(annotation: Any) -> type | None:
+    """The class of a parameter typed `X` or `X | None` where X is a component class (not
+    a builtin, a collection, a pydantic record or a language model, named by string)."""
+    options = (typing.get_args(annotation)
+               if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+               else (annotation,))
+    classes = [option for option in options
+               if inspect.isclass(option) and option is not type(None)
+               and option.__module__ not in ("builtins", "collections.abc", "pathlib")
+               and not issubclass(option, (BaseModel, LanguageModel))]
+    return classes[0] if len(classes) == 1 else None
 
 
 def plan_experiment(config: ExperimentConfig, source: YamlSource) -> ExperimentPlan:
@@ -97,8 +145,8 @@ def plan_experiment(config: ExperimentConfig, source: YamlSource) -> ExperimentP
         # a language model may name those listed before it (a rollout pool its trainer)
         language_models[spec.name] = plan_component(
             spec, (*root, "language_model_list", index), source, LanguageModel,
-            set(language_models))
-    names = set(language_models)
+            language_models)
+    names = language_models
     return ExperimentPlan(
         config=config,
         source=source,
@@ -120,12 +168,17 @@ class Components:
 
 
 def instantiate(component: ComponentPlan, language_models: dict[str, LanguageModel]) -> Any:
-    """Build a planned component, passing the live language models it names."""
-    arguments = {
-        name: language_models[value] if _is_language_model_reference(component.cls, name)
-        else value
-        for name, value in component.parameters.items()
-    }
+    """Build a planned component (its nested components first), passing the live language
+    models it names."""
+    fields = constructor_fields(component.cls)
+    arguments = {}
+    for name, value in component.parameters.items():
+        if isinstance(value, ComponentPlan):
+            arguments[name] = instantiate(value, language_models)
+        elif _is_language_model_type(fields[name][0]):
+            arguments[name] = language_models[value]
+        else:
+            arguments[name] = value
     return component.cls(**arguments)
 
 

@@ -165,10 +165,10 @@ def plan_offline_training(config: OfflineExperimentConfig,
     offline = config.offline_training_config
     root = (OFFLINE_TRAINING_KEY,)
     language_model = plan_component(offline.language_model, (*root, "language_model"), source,
-                                    TrainableLanguageModel, set())
+                                    TrainableLanguageModel, {})
     task = agent = None
     if offline.evaluation is not None:
-        names = {offline.language_model.name}
+        names = {offline.language_model.name: language_model}
         task = plan_component(offline.evaluation.task, (*root, "evaluation", "task"), source,
                               Task, names)
         agent = plan_component(offline.evaluation.agent, (*root, "evaluation", "agent"),

@@ -30,6 +30,7 @@ from src.offline_training.groups import (
     snapshot_groups,
 )
 from src.offline_training.trainer import OfflineGroupTrainer
+from src.report.run_end import end_of_run_report
 from src.tasks.task import Task
 
 
@@ -73,7 +74,9 @@ def run_offline_training(config_path: Path, output_dir: str | None = None,
             print(f"data error: {error}", file=sys.stderr)
             return 2
         summary = train(plan, groups, run, state, show_progress)
+        report = end_of_run_report(run.path)
     print(json.dumps(summary, indent=2))
+    print(report)
     return 0
 
 

@@ -8,7 +8,8 @@ result or "Error: ..." is the next message) or `Action: Answer` with `Final Answ
 
 Samples: `sample_ids(split)` are `train-NNNNNN` / `validation-NNNNNN`; each id draws, from
 `seed` and the id alone, a skill (uniformly over `skills`, default all available) and then
-a problem of that skill: procedurally generated, or taken from LifelongAgentBench data.
+a problem of that skill: procedurally generated, or taken from LifelongAgentBench data
+(an entry_dict.json, a skill_to_tasks file, or a `SingleSkillTaskGenerator` built from one).
 `source: agentbench` serves the rows of an AgentBench jsonl file instead (ids
 `<file stem>-<line>`, the same for both splits: it is an evaluation set).
 
@@ -111,13 +112,15 @@ class _EpisodeState:
 class DBBenchSingleSkill(Task["DBBenchEpisode"]):
     def __init__(
         self,
-        source: Literal["procedural", "lifelong_agent_bench", "agentbench"] = "procedural",
+        source: Literal["procedural", "lifelong_agent_bench", "agentbench"] | None = None,
         data_file_path: str | None = None,
         skill_to_tasks_path: str | None = None,
+        single_skill_task_generator: SingleSkillTaskGenerator | None = None,
         skills: list[str] | None = None,
         num_train: int = 1024,
         num_validation: int = 64,
-        seed: int = 0,
+        seed: int | None = None,
+        random_seed: int | None = None,
         sandbox: SandboxSettings | None = None,
         max_round: int = 3,
         reward_correct: float = 1.0,
@@ -125,12 +128,17 @@ class DBBenchSingleSkill(Task["DBBenchEpisode"]):
         reward_timeout: float = -0.3,
         modification_correct_at_round_limit: Literal["correct", "timeout"] = "correct",
     ) -> None:
+        """`source` left out: LifelongAgentBench data when a data file, a skill_to_tasks
+        file or a `single_skill_task_generator` (the seed's nested component) is given,
+        else procedural. `random_seed` is the seed's name for `seed` (default 0)."""
         super().__init__(max_round=max_round)
+        if seed is not None and random_seed is not None and seed != random_seed:
+            raise ValueError(f"seed {seed} and random_seed {random_seed} differ: give one")
         # model_validate also takes the plain dicts of direct Python construction
         self.sandbox_settings = SandboxSettings.model_validate(sandbox or {})
         self.num_train = num_train
         self.num_validation = num_validation
-        self.seed = seed
+        self.seed = next((value for value in (seed, random_seed) if value is not None), 0)
         self.reward_correct = reward_correct
         self.reward_incorrect = reward_incorrect
         self.reward_timeout = reward_timeout
@@ -138,22 +146,29 @@ class DBBenchSingleSkill(Task["DBBenchEpisode"]):
         self._generator: ProblemGenerator | None = None
         self._fixed: dict[str, Sample] = {}
         self.skills: tuple[str, ...] = ()
+        data_sources = [name for name, value in (
+            ("data_file_path", data_file_path), ("skill_to_tasks_path", skill_to_tasks_path),
+            ("single_skill_task_generator", single_skill_task_generator)) if value is not None]
+        if source is None:
+            source = "lifelong_agent_bench" if data_sources else "procedural"
         if source == "agentbench":
-            if data_file_path is None or skill_to_tasks_path is not None or skills is not None:
+            if data_sources != ["data_file_path"] or skills is not None:
                 raise ValueError("source 'agentbench' needs data_file_path (an AgentBench jsonl) "
-                                 "and takes neither skill_to_tasks_path nor skills")
+                                 "and takes no other data source nor skills")
             self._fixed = {s.sample_id: s for s in load_agentbench_jsonl(data_file_path)}
             if not self._fixed:
                 raise ValueError(f"data_file_path: {data_file_path} holds no AgentBench rows")
             return
         if source == "procedural":
-            if data_file_path is not None or skill_to_tasks_path is not None:
-                raise ValueError("source 'procedural' reads no data_file_path or "
-                                 "skill_to_tasks_path")
+            if data_sources:
+                raise ValueError(f"source 'procedural' reads no {', '.join(data_sources)}")
             self._generator = ProceduralTaskGenerator()
-        elif (data_file_path is None) == (skill_to_tasks_path is None):
+        elif len(data_sources) != 1:
             raise ValueError("source 'lifelong_agent_bench' needs exactly one of data_file_path "
-                             "(entry_dict.json) and skill_to_tasks_path")
+                             "(entry_dict.json), skill_to_tasks_path and "
+                             f"single_skill_task_generator (given: {data_sources or 'none'})")
+        elif single_skill_task_generator is not None:
+            self._generator = single_skill_task_generator
         elif data_file_path is not None:
             self._generator = SingleSkillTaskGenerator.load_from_existing_data(data_file_path)
         else:

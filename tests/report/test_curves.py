@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from src.report.__main__ import compare, plot, write_report
+from src.report.curves import compare, plot, write_report
 
 
 def test_report_writes_a_png_per_logged_curve(tmp_path: Path) -> None:

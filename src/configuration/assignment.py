@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    model_validator,
+)
 
 
 class StrictModel(BaseModel):
@@ -78,6 +87,47 @@ class EvaluationConfig(StrictModel):
     temperature: float = Field(default=0.0, ge=0.0)
 
 
+class WandbConfig(StrictModel):
+    """Weights & Biases; `offline` (the default) writes OUTPUT_DIR/wandb/ and needs no
+    network (`wandb sync` uploads it later)."""
+
+    project: str = "agent-rl"
+    entity: str | None = None
+    mode: Literal["offline", "online"] = "offline"
+
+
+class MlflowConfig(StrictModel):
+    """MLflow; the default store is a local SQLite file, OUTPUT_DIR/mlflow.db (MLflow's
+    plain-folder store is in maintenance mode)."""
+
+    tracking_uri: str | None = None
+    experiment: str = "agent-rl"
+
+
+def _require_package(package: str, config_key: str) -> None:
+    if importlib.util.find_spec(package) is None:
+        raise ValueError(f"{config_key} needs the package '{package}', which is not installed: "
+                         f"pip install -e '.[trackers]'")
+
+
+class TrackersConfig(StrictModel):
+    """Where metrics go besides metrics.jsonl: TensorBoard (on by default), W&B, MLflow."""
+
+    tensorboard: bool = True
+    wandb: WandbConfig | None = None
+    mlflow: MlflowConfig | None = None
+
+    @model_validator(mode="after")
+    def _packages_installed(self) -> TrackersConfig:
+        if self.wandb is not None:
+            _require_package("wandb", "trackers.wandb")
+        if self.mlflow is not None:
+            _require_package("mlflow", "trackers.mlflow")
+            if self.mlflow.tracking_uri is None:
+                _require_package("alembic", "trackers.mlflow (its SQLite store)")
+        return self
+
+
 class AssignmentConfig(StrictModel):
     task: ComponentConfig
     agent: ComponentConfig
@@ -88,17 +138,20 @@ class AssignmentConfig(StrictModel):
     random_seed: int = 42
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    trackers: TrackersConfig = Field(default_factory=TrackersConfig)
 
 
 class ExperimentConfig(StrictModel):
     assignment_config: AssignmentConfig
 
 
-# Keys whose change does not alter what a resumed run computes.
+# Keys (and sections: every key under them) whose change does not alter what a resumed run
+# computes.
 RESUME_SAFE_KEYS: frozenset[str] = frozenset({
     "assignment_config.output_dir",
     "assignment_config.rollout.max_batches",
     "assignment_config.rollout.num_epochs",
     "assignment_config.evaluation.every_n_batches",
     "assignment_config.evaluation.at_end",
+    "assignment_config.trackers",
 })

@@ -119,7 +119,7 @@ class ExperimentLoop:
         self.run = run
         self.show_progress = show_progress
         self.runs_log = JsonlLog(run.path / "runs.jsonl")
-        self.metrics = MetricsLog(run.path)
+        self.metrics = MetricsLog(run.path, assignment.trackers)
         # the task family, built once: every episode of the run is one of its environments
         self.task: Task[Any] = components.make_task()
 

@@ -1,4 +1,4 @@
-"""Metrics: per-batch rollout statistics, jsonl + TensorBoard logging, the run summary."""
+"""Metrics: per-batch rollout statistics, jsonl + tracker logging, the run summary."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from src.configuration.assignment import TrackersConfig
+from src.experiment.trackers import Tracker, open_trackers
 from src.records.episode import EpisodeRecord, EpisodeStatus, Outcome
 from src.storage.files import JsonlLog
 
@@ -46,25 +48,24 @@ def summarize(records: Iterable[EpisodeRecord]) -> dict[str, Any]:
 
 
 class MetricsLog:
-    """metrics.jsonl (one row per logged step) mirrored to TensorBoard events."""
+    """metrics.jsonl (one row per logged step), mirrored to the configured trackers
+    (TensorBoard by default), which are opened at the first row."""
 
-    def __init__(self, output_dir: Path) -> None:
+    def __init__(self, output_dir: Path, trackers: TrackersConfig | None = None) -> None:
         self.jsonl = JsonlLog(output_dir / "metrics.jsonl")
-        self._tensorboard_dir = output_dir / "tensorboard"
-        self._writer = None
+        self._output_dir = output_dir
+        self._settings = trackers or TrackersConfig()
+        self._trackers: list[Tracker] | None = None
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         clean = {key: float(value) for key, value in metrics.items()}
         self.jsonl.append([{"step": step, **clean}])
-        if self._writer is None:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._writer = SummaryWriter(log_dir=str(self._tensorboard_dir))
-        for key, value in clean.items():
-            self._writer.add_scalar(key, value, global_step=step)
-        self._writer.flush()
+        if self._trackers is None:
+            self._trackers = open_trackers(self._settings, self._output_dir)
+        for tracker in self._trackers:
+            tracker.log(step, clean)
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        for tracker in self._trackers or []:
+            tracker.close()
+        self._trackers = None

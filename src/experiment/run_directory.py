@@ -56,7 +56,11 @@ def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Dotted keys whose values differ, ignoring keys that do not change results."""
     flat_old, flat_new = _flatten(old), _flatten(new)
     return sorted(key for key in flat_old.keys() | flat_new.keys()
-                  if key not in RESUME_SAFE_KEYS and flat_old.get(key) != flat_new.get(key))
+                  if not _resume_safe(key) and flat_old.get(key) != flat_new.get(key))
+
+
+def _resume_safe(key: str) -> bool:
+    return any(key == safe or key.startswith(f"{safe}.") for safe in RESUME_SAFE_KEYS)
 
 
 class RunDirectory:

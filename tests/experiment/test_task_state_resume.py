@@ -8,13 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from src.callbacks.callback import BatchContext, Callback
-from src.experiment.assembly import build_components, load_experiment_config, plan_experiment
-from src.experiment.loop import ExperimentLoop
-from src.experiment.run_directory import RunDirectory
 from src.run_experiment import main
+from tests.experiment.crash_in_batch import run_until_crash
 
 ASSIGNMENT = """\
 assignment_config:
@@ -33,30 +28,10 @@ assignment_config:
 CRASH_AT_BATCH = 2  # batches 0 and 1 are committed, batch 2 is in flight
 
 
-class CrashInBatch(Callback):
-    """Stands for a kill: the run dies after rolling out a batch, before its commit."""
-
-    def on_batch_end(self, batch: BatchContext) -> dict[str, float]:
-        if batch.batch_index == CRASH_AT_BATCH:
-            raise KeyboardInterrupt("killed")
-        return {}
-
-
 def write_config(folder: Path, name: str) -> Path:
     config = folder / f"{name}.yaml"
     config.write_text(ASSIGNMENT.format(output=folder / name))
     return config
-
-
-def run_until_crash(config: Path) -> None:
-    experiment, source = load_experiment_config(config)
-    run = RunDirectory(Path(experiment.assignment_config.output_dir))
-    state = run.start(experiment, config)
-    components = build_components(plan_experiment(experiment, source))
-    components.callbacks["crash"] = CrashInBatch()
-    with pytest.raises(KeyboardInterrupt):
-        ExperimentLoop(experiment.assignment_config, components, run,
-                       show_progress=False).execute(state)
 
 
 def test_econ_memory_survives_a_kill_and_the_resumed_run_logs_the_same(tmp_path: Path) -> None:
@@ -64,8 +39,7 @@ def test_econ_memory_survives_a_kill_and_the_resumed_run_logs_the_same(tmp_path:
     assert main(["--config_path", str(straight), "--no_progress"]) == 0
 
     killed = write_config(tmp_path, "killed")
-    run_until_crash(killed)
-    run = RunDirectory(tmp_path / "killed")
+    run = run_until_crash(killed, CRASH_AT_BATCH)
     state = run.read_state()
     assert state is not None and state.completed_batches == CRASH_AT_BATCH
     saved = run.task_store().path(CRASH_AT_BATCH) / "few_shot_memory.json"

@@ -1,0 +1,36 @@
+"""A run that dies in the middle of a batch, after rolling it out and before its commit:
+what a kill at that moment leaves behind, in process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from src.callbacks.callback import BatchContext, Callback
+from src.experiment.assembly import build_components, load_experiment_config, plan_experiment
+from src.experiment.loop import ExperimentLoop
+from src.experiment.run_directory import RunDirectory
+
+
+class CrashInBatch(Callback):
+    def __init__(self, batch_index: int) -> None:
+        self.batch_index = batch_index
+
+    def on_batch_end(self, batch: BatchContext) -> dict[str, float]:
+        if batch.batch_index == self.batch_index:
+            raise KeyboardInterrupt("killed")
+        return {}
+
+
+def run_until_crash(config: Path, batch_index: int) -> RunDirectory:
+    """Run `config` until it dies in batch `batch_index` (batches before it committed)."""
+    experiment, source = load_experiment_config(config)
+    run = RunDirectory(Path(experiment.assignment_config.output_dir))
+    state = run.start(experiment, config)
+    components = build_components(plan_experiment(experiment, source))
+    components.callbacks["crash"] = CrashInBatch(batch_index)
+    with pytest.raises(KeyboardInterrupt):
+        ExperimentLoop(experiment.assignment_config, components, run,
+                       show_progress=False).execute(state)
+    return run

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,30 @@ def test_a_data_line_that_is_not_json_is_named_by_file_and_line(tmp_path: Path) 
     path.write_text('{"question": "1 + 1", "answer": "2"}\n\n{"question": \n')
     with pytest.raises(ValueError, match=r"problems\.jsonl:3: invalid JSON"):
         load_rows(str(path), "question", "answer", gsm8k=False)
+
+
+def test_a_hugging_face_dataset_folder_with_its_split_and_gsm8k_answers(tmp_path: Path) -> None:
+    folder = tmp_path / "gsm8k_like"
+    (folder / "data").mkdir(parents=True)
+    rows = [{"question": f"What is {n} + {n}?", "answer": f"{n} + {n} = {2 * n}\n#### {2 * n}"}
+            for n in range(4)]
+    for split, part in (("train", rows[:3]), ("test", rows[3:])):
+        (folder / "data" / f"{split}-00000-of-00001.jsonl").write_text(
+            "".join(json.dumps(row) + "\n" for row in part))
+    task = MathProblemsTask(source="gsm8k", data_path=str(folder), num_validation=1)
+    assert task.get_sample("validation-000000").data == {"question": "What is 2 + 2?",
+                                                          "answer": "4"}
+    assert load_rows(str(folder), "question", "answer", gsm8k=True,
+                     dataset_split="test") == (("What is 3 + 3?", "6"),)
+
+
+def test_a_dataset_that_cannot_be_loaded_is_named_with_the_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no network here; fail at once, not after retries
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"math data 'nobody/no-such-dataset' is not a "
+                                                r"file, and as a Hugging Face dataset \(config "
+                                                r"'main', split 'train'\) it could not be"):
+        load_rows("nobody/no-such-dataset", "question", "answer", gsm8k=True,
+                  dataset_config="main")

@@ -1,4 +1,5 @@
-"""Sources of math problems: a seeded procedural generator, GSM8K jsonl, any jsonl/parquet."""
+"""Sources of math problems: a seeded procedural generator, GSM8K, any jsonl/parquet file
+or Hugging Face dataset."""
 
 from __future__ import annotations
 
@@ -42,6 +43,18 @@ def procedural_sample(seed: int, split: str, index: int, levels: tuple[int, ...]
                   data={"question": question, "answer": answer})
 
 
+def _load_dataset(name: str, config: str | None, split: str) -> list[dict]:
+    import datasets  # a dependency of the field's loaders; only for dataset sources
+
+    try:
+        return list(datasets.load_dataset(name, config, split=split))
+    except Exception as error:  # noqa: BLE001 - the library raises many kinds; all mean "cannot"
+        raise FileNotFoundError(
+            f"math data '{name}' is not a file, and as a Hugging Face dataset (config "
+            f"{config!r}, split {split!r}) it could not be loaded: "
+            f"{type(error).__name__}: {error}") from error
+
+
 def gsm8k_final_answer(answer: str) -> str:
     """GSM8K puts the final answer after `#### `; thousands separators are dropped."""
     if "####" not in answer:
@@ -49,19 +62,24 @@ def gsm8k_final_answer(answer: str) -> str:
     return answer.split("####")[-1].strip().replace(",", "")
 
 
-def load_rows(path: str, question_key: str, answer_key: str,
-              gsm8k: bool) -> tuple[tuple[str, str], ...]:
-    """(question, answer) rows of a jsonl or parquet file; errors name the file and line."""
+def load_rows(path: str, question_key: str, answer_key: str, gsm8k: bool,
+              dataset_config: str | None = None, dataset_split: str = "train"
+              ) -> tuple[tuple[str, str], ...]:
+    """(question, answer) rows of a jsonl or parquet file, or of a Hugging Face dataset (a
+    local dataset folder or a hub name, read with `datasets`); errors name the file and
+    line, or the dataset and row."""
     file = Path(path)
-    if not file.is_file():
-        raise FileNotFoundError(f"math data file not found: {file}")
-    if file.suffix == ".parquet":
+    if file.is_file() and file.suffix == ".parquet":
         import pyarrow.parquet as parquet  # optional: only for parquet sources
 
         table = parquet.read_table(file).to_pylist()
         raw = [(index + 1, row) for index, row in enumerate(table)]
-    else:
+    elif file.is_file():
         raw = read_numbered_json_lines(file)
+    else:
+        raw = [(index + 1, row) for index, row in
+               enumerate(_load_dataset(path, dataset_config, dataset_split))]
+        file = Path(f"{path}[{dataset_split}] row")
     rows = []
     for number, row in raw:
         if question_key not in row or answer_key not in row:

@@ -46,6 +46,8 @@ class MathProblemsTask(Task["MathEpisode"]):
         data_path: str | None = None,
         question_key: str = "question",
         answer_key: str = "answer",
+        dataset_config: str | None = None,
+        dataset_split: str = "train",
         levels: list[int] | None = None,
         num_train: int = 256,
         num_validation: int = 64,
@@ -88,7 +90,8 @@ class MathProblemsTask(Task["MathEpisode"]):
         if source != "procedural":
             if data_path is None:
                 raise ValueError(f"source '{source}' needs data_path")
-            self._rows = load_rows(data_path, question_key, answer_key, source == "gsm8k")
+            self._rows = load_rows(data_path, question_key, answer_key, source == "gsm8k",
+                                   dataset_config, dataset_split)
             if len(self._rows) <= num_validation:
                 raise ValueError(f"{data_path} has {len(self._rows)} rows, not more than "
                                  f"num_validation={num_validation}")

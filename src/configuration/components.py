@@ -19,6 +19,7 @@ REGISTRY: dict[str, str] = {
     "econ_decision": "src.tasks.instance.econ.task.EconDecisionTask",
     "oracle_agent": "src.agents.instance.oracle_agent.OracleAgent",
     "lora_rl_agent": "src.agents.instance.lora_rl_agent.LoRARLAgent",
+    "openai_client_agent": "src.agents.instance.openai_client_agent.OpenAIClientAgent",
     "huggingface_lora": (
         "src.language_models.instance.huggingface_lora_language_model"
         ".HuggingfaceLoRALanguageModel"

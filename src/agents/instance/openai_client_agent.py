@@ -1,0 +1,192 @@
+"""An agent written as a plain function against the `openai` client, made trainable.
+
+    def agent(client: openai.OpenAI, messages: list[dict]) -> str
+
+gets the episode's chat so far (user and assistant messages) and returns its reply; it may
+call `client.chat.completions.create` as often as it likes (the `model` name is not used).
+Its client talks to an OpenAI-compatible endpoint (`src.agents.openai_endpoint`) served by
+this agent's language model, the policy being trained (in process or a rollout pool), that
+records every call token-exact into the episode's trajectory, so that the RL callback
+trains on exactly what was sampled. The functions of all running episodes run in threads
+and their calls are answered in one batched `generate` (lockstep).
+
+An episode ends as `agent_error` (left out of the update, reason in its info, counted in
+`metric/prefix_broken` where that was the reason) when its function raises or returns no
+text, or when a call breaks the prefix property; as `agent_context_limit` when a call's
+prompt would not fit the model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+from src.agents.agent import Agent, AgentReply
+from src.agents.openai_endpoint.episode_calls import EpisodeCalls, PrefixBroken
+from src.agents.openai_endpoint.lockstep import LockstepBatcher
+from src.agents.openai_endpoint.server import (
+    ChatCompletionRequest,
+    ChatCompletionsEndpoint,
+    EndpointRefusal,
+    EpisodeSession,
+    check_supported,
+    completion_response,
+)
+from src.configuration.components import import_dotted
+from src.language_models.chat_template import probe_turn_boundary
+from src.language_models.language_model import LanguageModel, SamplingParams
+from src.records.chat import Role
+from src.records.episode import Episode, EpisodeStatus
+from src.records.trajectory import Trajectory
+
+AgentFunction = Callable[[Any, list[dict[str, str]]], str]
+ROLES = {Role.USER: "user", Role.AGENT: "assistant"}
+
+
+class OpenAIClientAgent(Agent):
+    def __init__(self, language_model: LanguageModel, agent_function: str,
+                 temperature: float = 1.0, top_p: float = 1.0,
+                 max_new_tokens: int = 256) -> None:
+        """`agent_function`: the dotted path of the function, e.g.
+        `examples.openai_agent.db_bench_agent.reply`."""
+        import openai  # the optional client: only this agent needs it
+
+        self._openai = openai
+        self.language_model = language_model
+        self.agent_function: AgentFunction = import_dotted(agent_function)
+        self.sampling = SamplingParams(temperature=temperature, top_p=top_p,
+                                       max_new_tokens=max_new_tokens)
+        self._boundary = probe_turn_boundary(language_model, None)
+        self._batcher = LockstepBatcher(lambda prompts: [
+            samples[0] for samples in language_model.generate(prompts, self.sampling)])
+        self._end_ids = set(language_model.end_of_turn_ids())
+        # id(episode) -> (the episode, held until it has ended, and its session)
+        self._sessions: dict[int, tuple[Episode, EpisodeSession]] = {}
+        self._clients: dict[str, Any] = {}
+        self.endpoint = ChatCompletionsEndpoint(self._answer)
+
+    # ---- the endpoint's side: one call ---------------------------------------------
+    def _encode(self, text: str) -> list[int]:
+        return self.language_model.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _render(self, messages: list[dict[str, str]]) -> list[int]:
+        return self._encode(self.language_model.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True))
+
+    def _answer(self, session: EpisodeSession, request: ChatCompletionRequest
+                ) -> dict[str, Any]:
+        check_supported(request)
+        trajectory = session.calls.trajectory
+        try:
+            prompt = session.calls.prompt_for(request.messages, self._render, self._encode)
+        except PrefixBroken as error:
+            raise EndpointRefusal("prefix_broken", str(error)) from error
+        limit = self.language_model.max_context_tokens
+        if len(prompt) + self.sampling.max_new_tokens > limit:
+            raise EndpointRefusal("context_length_exceeded",
+                                  f"{len(prompt)} prompt tokens + {self.sampling.max_new_tokens} "
+                                  f"new ones exceed the model's {limit}")
+        generation = self._batcher.submit(session.order, prompt)
+        sampling = self.sampling
+        trajectory.append_sampled(generation.token_ids, generation.logprobs,
+                                  generation.finish_reason, generation.policy_version,
+                                  sampling.temperature, sampling.top_p,
+                                  sampling.max_new_tokens)
+        content_ids = generation.token_ids
+        if generation.finish_reason == "stop" and content_ids and content_ids[-1] in self._end_ids:
+            content_ids = content_ids[:-1]
+        tokenizer = self.language_model.tokenizer
+        text = tokenizer.decode(content_ids, skip_special_tokens=True)
+        session.calls.last_reply = text
+        return completion_response(
+            session, request, prompt, generation.token_ids, generation.logprobs,
+            [tokenizer.decode([token]) for token in generation.token_ids], text,
+            generation.finish_reason)
+
+    # ---- Agent hooks ---------------------------------------------------------------
+    def _start_episode(self, episode: Episode) -> None:
+        episode.trajectory = Trajectory()
+        session = EpisodeSession(self._session_key(episode),
+                                 EpisodeCalls(episode.trajectory, self._boundary))
+        episode.info["metric/prefix_broken"] = 0.0
+        episode.info["endpoint_session"] = session.key  # the `id` of its responses
+        self._sessions[id(episode)] = (episode, session)
+        self.endpoint.sessions[session.key] = session
+
+    def _session_key(self, episode: Episode) -> str:
+        """A URL-safe key from the episode's identity (so a resumed run logs the same)."""
+        base = hashlib.sha1(f"{episode.batch_index}:{episode.sample.sample_id}:"
+                            f"{episode.group_index}".encode()).hexdigest()[:16]
+        key, copy = base, 1
+        while key in self.endpoint.sessions:  # the same episode rolled out again
+            copy += 1
+            key = f"{base}-{copy}"
+        return key
+
+    def _client(self, key: str) -> Any:
+        if key not in self._clients:
+            self._clients[key] = self._openai.OpenAI(
+                base_url=self.endpoint.base_url(key), api_key="local", max_retries=0,
+                timeout=None)
+        return self._clients[key]
+
+    def _act(self, episodes: Sequence[Episode]) -> list[AgentReply]:
+        self._forget_ended_episodes()
+        sessions = [self._sessions[id(episode)][1] for episode in episodes]
+        results: list[Any] = [None] * len(episodes)
+
+        def run(index: int) -> None:
+            messages = [{"role": ROLES[message.role], "content": message.content}
+                        for message in episodes[index].chat]
+            try:
+                results[index] = self.agent_function(self._client(sessions[index].key),
+                                                     messages)
+            except BaseException as error:  # noqa: BLE001 - the user's code: any failure ends its episode
+                results[index] = error
+            finally:
+                self._batcher.leave()
+
+        for order, session in enumerate(sessions):
+            session.order, session.refusal = order, None
+        self._batcher.open(len(episodes))
+        threads = [threading.Thread(target=run, args=(index,), name=f"agent-{index}")
+                   for index in range(len(episodes))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return [self._reply(episode, session, result)
+                for episode, session, result in zip(episodes, sessions, results, strict=True)]
+
+    def _reply(self, episode: Episode, session: EpisodeSession, result: Any) -> AgentReply:
+        if isinstance(result, str):
+            return AgentReply(result)
+        refusal = session.refusal
+        if refusal is not None and refusal.code == "context_length_exceeded":
+            return AgentReply(None, EpisodeStatus.AGENT_CONTEXT_LIMIT)
+        if refusal is not None and refusal.code == "prefix_broken":
+            episode.info["metric/prefix_broken"] = 1.0
+        reason = (f"endpoint refused a call ({refusal.code}): {refusal}" if refusal is not None
+                  else f"the agent function returned {type(result).__name__}: {result}")
+        episode.info[EpisodeStatus.AGENT_ERROR.value] = reason
+        return AgentReply(None, EpisodeStatus.AGENT_ERROR)
+
+    def _forget_ended_episodes(self) -> None:
+        for key, (episode, session) in list(self._sessions.items()):
+            if not episode.running:
+                del self._sessions[key]
+                self.endpoint.sessions.pop(session.key, None)
+                self._clients.pop(session.key, None)
+
+    @contextmanager
+    def evaluating(self, temperature: float) -> Iterator[None]:
+        training_sampling = self.sampling
+        self.sampling = replace(training_sampling, temperature=temperature)
+        try:
+            yield
+        finally:
+            self.sampling = training_sampling

@@ -1,0 +1,142 @@
+"""An OpenAI-compatible chat-completions endpoint in front of the policy being trained.
+
+`POST /episodes/<key>/v1/chat/completions` answers one call of one episode's agent: the
+key names the episode, so the endpoint can keep each episode's token record
+(`EpisodeCalls`) and hand the call to the lockstep batcher. Sampling settings are the
+assignment's (the trainer scores under the same distribution), not the request's. Beside
+OpenAI's fields each response carries, as vLLM does with `return_token_ids`, the exact
+`prompt_token_ids` and the choice's `token_ids`.
+
+Refused with status 400 and a message: `n` other than 1, `stream`, `stop`, `tools` (tool
+calls need a model-specific parser), a prompt that would not fit the model
+(`context_length_exceeded`) and a call that breaks the prefix property (`prefix_broken`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from src.agents.openai_endpoint.episode_calls import EpisodeCalls
+
+
+class ChatCompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")  # the SDK sends fields that change nothing here
+
+    model: str
+    messages: list[dict[str, Any]]
+    n: int = 1
+    stream: bool = False
+    stop: str | list[str] | None = None
+    tools: list[dict[str, Any]] | None = None
+    logprobs: bool = False
+
+
+class EndpointRefusal(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class EpisodeSession:
+    """What the endpoint knows of one running episode."""
+
+    key: str
+    calls: EpisodeCalls
+    order: int = 0  # its place in the current batch
+    refusal: EndpointRefusal | None = None  # the last refused call, for the agent to report
+
+
+Answer = Callable[[EpisodeSession, ChatCompletionRequest], dict[str, Any]]
+
+
+class ChatCompletionsEndpoint:
+    """Serves on 127.0.0.1 at a free port, in daemon threads, until `close`."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.sessions: dict[str, EpisodeSession] = {}
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the http.server hook name
+                parts = self.path.strip("/").split("/")
+                if len(parts) != 5 or parts[0] != "episodes" or parts[2:] != [
+                        "v1", "chat", "completions"]:
+                    return self._reply(404, _error("not_found", f"no route {self.path}"))
+                session = endpoint.sessions.get(parts[1])
+                if session is None:
+                    return self._reply(404, _error("unknown_episode",
+                                                   f"no running episode '{parts[1]}'"))
+                try:
+                    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                    request = ChatCompletionRequest.model_validate(body)
+                    self._reply(200, answer(session, request))
+                except (ValueError, ValidationError) as error:
+                    self._reply(400, _error("invalid_request", str(error)))
+                except EndpointRefusal as refusal:
+                    session.refusal = refusal
+                    self._reply(400, _error(refusal.code, str(refusal)))
+
+            def _reply(self, status: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass  # one line per call would drown the run's log
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
+                                        name="chat-completions-endpoint")
+        self._thread.start()
+
+    def base_url(self, key: str) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/episodes/{key}/v1"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def check_supported(request: ChatCompletionRequest) -> None:
+    for refused, what in ((request.n != 1, "n other than 1 (one call, one reply)"),
+                          (request.stream, "stream"), (request.stop is not None, "stop"),
+                          (bool(request.tools), "tools")):
+        if refused:
+            raise EndpointRefusal("unsupported", f"this endpoint does not support {what}")
+
+
+def completion_response(session: EpisodeSession, request: ChatCompletionRequest,
+                        prompt: list[int], token_ids: list[int], logprobs: list[float],
+                        tokens: list[str], text: str, finish_reason: str) -> dict[str, Any]:
+    choice: dict[str, Any] = {
+        "index": 0, "finish_reason": finish_reason, "token_ids": token_ids,
+        "message": {"role": "assistant", "content": text},
+        "logprobs": {"content": [
+            {"token": token, "logprob": logprob, "bytes": list(token.encode()),
+             "top_logprobs": []} for token, logprob in zip(tokens, logprobs, strict=True)]}
+        if request.logprobs else None,
+    }
+    return {"id": f"chatcmpl-{session.key}-{session.calls.calls}", "object": "chat.completion",
+            "created": int(time.time()), "model": request.model, "choices": [choice],
+            "prompt_token_ids": prompt,
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(token_ids),
+                      "total_tokens": len(prompt) + len(token_ids)}}
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error", "code": code}}
+

@@ -5,9 +5,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import final
 
+from src.language_models.language_model import Generation, LanguageModel, SamplingParams
 from src.records.episode import Episode, EpisodeStatus
 
 
@@ -46,3 +47,28 @@ class Agent(ABC):
 
     @abstractmethod
     def _act(self, episodes: Sequence[Episode]) -> list[AgentReply]: ...
+
+
+class SamplingAgent(Agent):
+    """An agent that samples its replies from a language model with its own settings,
+    which evaluation changes only in temperature."""
+
+    language_model: LanguageModel
+    sampling: SamplingParams
+
+    def _reply_text(self, generation: Generation) -> str:
+        """The reply's text: the sampled ids without the end-of-turn token it stopped on."""
+        ids = generation.token_ids
+        if (generation.finish_reason == "stop" and ids and ids[-1] in
+                set(self.language_model.end_of_turn_ids()) | set(self.sampling.stop_token_ids)):
+            ids = ids[:-1]
+        return self.language_model.tokenizer.decode(ids, skip_special_tokens=True)
+
+    @contextmanager
+    def evaluating(self, temperature: float) -> Iterator[None]:
+        training_sampling = self.sampling
+        self.sampling = replace(training_sampling, temperature=temperature)
+        try:
+            yield
+        finally:
+            self.sampling = training_sampling

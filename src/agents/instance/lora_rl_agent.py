@@ -10,11 +10,9 @@ is exactly what the model was fed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import replace
+from collections.abc import Sequence
 
-from src.agents.agent import Agent, AgentReply
+from src.agents.agent import AgentReply, SamplingAgent
 from src.language_models.chat_template import probe_turn_boundary, render_chat
 from src.language_models.language_model import LanguageModel, SamplingParams
 from src.records.chat import Role
@@ -22,7 +20,7 @@ from src.records.episode import Episode, EpisodeStatus
 from src.records.trajectory import Trajectory
 
 
-class LoRARLAgent(Agent):
+class LoRARLAgent(SamplingAgent):
     def __init__(
         self,
         language_model: LanguageModel,
@@ -97,7 +95,6 @@ class LoRARLAgent(Agent):
             prompts.append(trajectory.token_ids)
             waiting.append(index)
         generations = model.generate(prompts, self.sampling) if prompts else []
-        end_ids = set(model.end_of_turn_ids()) | set(self.sampling.stop_token_ids)
         for index, [generation] in zip(waiting, generations, strict=True):
             episode = episodes[index]
             assert episode.trajectory is not None
@@ -106,18 +103,5 @@ class LoRARLAgent(Agent):
                                               generation.finish_reason,
                                               generation.policy_version, sampling.temperature,
                                               sampling.top_p, sampling.max_new_tokens)
-            content_ids = generation.token_ids
-            if generation.finish_reason == "stop" and content_ids and content_ids[-1] in end_ids:
-                content_ids = content_ids[:-1]
-            text = model.tokenizer.decode(content_ids, skip_special_tokens=True)
-            replies[index] = AgentReply(text)
+            replies[index] = AgentReply(self._reply_text(generation))
         return [reply for reply in replies if reply is not None]
-
-    @contextmanager
-    def evaluating(self, temperature: float) -> Iterator[None]:
-        training_sampling = self.sampling
-        self.sampling = replace(training_sampling, temperature=temperature)
-        try:
-            yield
-        finally:
-            self.sampling = training_sampling

@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import replace
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from src.agents.agent import Agent, AgentReply
+from src.agents.agent import AgentReply, SamplingAgent
 from src.agents.openai_endpoint.episode_calls import EpisodeCalls, PrefixBroken
 from src.agents.openai_endpoint.lockstep import LockstepBatcher
 from src.agents.openai_endpoint.server import (
@@ -47,7 +45,7 @@ AgentFunction = Callable[[Any, list[dict[str, str]]], str]
 ROLES = {Role.USER: "user", Role.AGENT: "assistant"}
 
 
-class OpenAIClientAgent(Agent):
+class OpenAIClientAgent(SamplingAgent):
     def __init__(self, language_model: LanguageModel, agent_function: str,
                  temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 256) -> None:
@@ -63,7 +61,6 @@ class OpenAIClientAgent(Agent):
         self._boundary = probe_turn_boundary(language_model, None)
         self._batcher = LockstepBatcher(lambda prompts: [
             samples[0] for samples in language_model.generate(prompts, self.sampling)])
-        self._end_ids = set(language_model.end_of_turn_ids())
         # id(episode) -> (the episode, held until it has ended, and its session)
         self._sessions: dict[int, tuple[Episode, EpisodeSession]] = {}
         self._clients: dict[str, Any] = {}
@@ -96,11 +93,8 @@ class OpenAIClientAgent(Agent):
                                   generation.finish_reason, generation.policy_version,
                                   sampling.temperature, sampling.top_p,
                                   sampling.max_new_tokens)
-        content_ids = generation.token_ids
-        if generation.finish_reason == "stop" and content_ids and content_ids[-1] in self._end_ids:
-            content_ids = content_ids[:-1]
+        text = self._reply_text(generation)
         tokenizer = self.language_model.tokenizer
-        text = tokenizer.decode(content_ids, skip_special_tokens=True)
         session.calls.last_reply = text
         return completion_response(
             session, request, prompt, generation.token_ids, generation.logprobs,
@@ -181,12 +175,3 @@ class OpenAIClientAgent(Agent):
                 del self._sessions[key]
                 self.endpoint.sessions.pop(session.key, None)
                 self._clients.pop(session.key, None)
-
-    @contextmanager
-    def evaluating(self, temperature: float) -> Iterator[None]:
-        training_sampling = self.sampling
-        self.sampling = replace(training_sampling, temperature=temperature)
-        try:
-            yield
-        finally:
-            self.sampling = training_sampling

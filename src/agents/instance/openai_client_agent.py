@@ -19,6 +19,7 @@ prompt would not fit the model.
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -53,6 +54,8 @@ class OpenAIClientAgent(SamplingAgent):
         `examples.openai_agent.db_bench_agent.reply`."""
         import openai  # the optional client: only this agent needs it
 
+        for name in ("httpx", "httpx2"):  # its HTTP client logs every call at INFO
+            logging.getLogger(name).setLevel(logging.WARNING)
         self._openai = openai
         self.language_model = language_model
         self.agent_function: AgentFunction = import_dotted(agent_function)

@@ -146,15 +146,15 @@ def plan_experiment(config: ExperimentConfig, source: YamlSource) -> ExperimentP
         language_models[spec.name] = plan_component(
             spec, (*root, "language_model_list", index), source, LanguageModel,
             language_models)
-    names = language_models
     return ExperimentPlan(
         config=config,
         source=source,
-        task=plan_component(assignment.task, (*root, "task"), source, Task, names),
-        agent=plan_component(assignment.agent, (*root, "agent"), source, Agent, names),
+        task=plan_component(assignment.task, (*root, "task"), source, Task, language_models),
+        agent=plan_component(assignment.agent, (*root, "agent"), source, Agent,
+                             language_models),
         language_models=language_models,
         callbacks={callback_id: plan_component(spec, (*root, "callback_dict", callback_id),
-                                               source, Callback, names)
+                                               source, Callback, language_models)
                    for callback_id, spec in assignment.callback_dict.items()},
     )
 

@@ -50,6 +50,8 @@ def import_component_class(path: str, expected_base: type) -> Any:
         if error.name != path:  # a missing package on the way, not a class path
             raise ImportError(str(error)) from error
         return import_dotted(path)
+    except (ValueError, TypeError) as error:  # empty or relative: no path at all
+        raise ImportError(f"'{path}' is not a dotted path 'package.module[.Class]'") from error
     candidates = sorted(
         (value for value in vars(module).values()
          if inspect.isclass(value) and value.__module__ == module.__name__

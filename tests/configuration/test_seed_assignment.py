@@ -116,3 +116,10 @@ def test_seed_and_random_seed_must_agree() -> None:
     assert DBBenchSingleSkill().seed == 0
     with pytest.raises(ValueError, match="seed 1 and random_seed 2 differ"):
         DBBenchSingleSkill(seed=1, random_seed=2)
+
+
+@pytest.mark.parametrize("module", [".relative", "src..tasks"])
+def test_a_module_path_that_is_no_path_is_a_config_error(tmp_path: Path, module: str) -> None:
+    path = example_with(tmp_path, lambda a: a["task"].update(module=module))
+    with pytest.raises(ConfigError, match=r"task\.(module|name)"):
+        plan(path)

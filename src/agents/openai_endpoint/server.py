@@ -15,6 +15,7 @@ calls need a model-specific parser), a prompt that would not fit the model
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from src.agents.openai_endpoint.episode_calls import EpisodeCalls
+
+logger = logging.getLogger(__name__)
 
 
 class ChatCompletionRequest(BaseModel):
@@ -76,14 +79,21 @@ class ChatCompletionsEndpoint:
                     return self._reply(404, _error("unknown_episode",
                                                    f"no running episode '{parts[1]}'"))
                 try:
-                    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                    request = ChatCompletionRequest.model_validate(body)
-                    self._reply(200, answer(session, request))
+                    length = int(self.headers.get("Content-Length") or 0)
+                    request = ChatCompletionRequest.model_validate(
+                        json.loads(self.rfile.read(length) or b"null"))
                 except (ValueError, ValidationError) as error:
-                    self._reply(400, _error("invalid_request", str(error)))
+                    return self._reply(400, _error("invalid_request", str(error)))
+                try:
+                    self._reply(200, answer(session, request))
                 except EndpointRefusal as refusal:
                     session.refusal = refusal
                     self._reply(400, _error(refusal.code, str(refusal)))
+                except Exception as error:  # e.g. the template refuses the messages, the
+                    # model failed: the agent's call fails with the reason, the run goes on
+                    logger.exception("chat completion for episode %s failed", session.key)
+                    self._reply(500, _error("internal_error",
+                                            f"{type(error).__name__}: {error}"))
 
             def _reply(self, status: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()

@@ -4,11 +4,13 @@ and compare what it ends with against an uninterrupted run of the same assignmen
 1. The reference: the assignment run once without interruption (its wall time T).
 2. The killed run: started, SIGKILLed, started again with the same command, N times, then
    run to its end. The kills are spread over the whole run: kill k picks a batch b_k
-   uniformly among the run's B batches (sorted, so the run moves on) and a delay d_k
-   uniformly in [0, 1.5 T / B]; the process is killed d_k seconds after it has committed
-   b_k batches and entered the loop (its first "rolling out" log line) - inside a
-   rollout, an update, a checkpoint write, an evaluation or a pool sync. A resumed run
-   redoes the batch in flight, so a kill loses at most that batch.
+   uniformly among the run's B batches (sorted, so the run moves on) and a fraction f_k
+   uniformly in [0, 1); once the process has entered the loop (its first "rolling out"
+   log line) and committed b_k batches, it is killed f_k batch-durations later (the
+   duration measured in this run's own log, the reference's mean before that) - inside
+   a rollout, an update, a checkpoint write, an evaluation or a pool sync. A resumed run
+   redoes the batch in flight, so a kill loses at most that batch. A kill whose process
+   ended first is reported as not landed.
 3. The comparison: every adapter tensor of the final checkpoint bit for bit, runs.jsonl
    (each (batch, sample, group) once, and the same rows), metrics.jsonl (the same rows,
    wall-clock keys aside) and the evaluation files.
@@ -21,14 +23,18 @@ Prints one line per kill and the comparison; writes OUTPUT_DIR/kill_anywhere.jso
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
+import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 import torch
@@ -36,6 +42,8 @@ from safetensors.torch import load_file
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 WALL_CLOCK_KEYS = ("_seconds", "time/")  # metrics that measure time, not training
+ROLLING_OUT = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*batch (\d+) of \d+: "
+                         r"rolling out", re.MULTILINE)
 
 
 def command(config_path: Path, output_dir: Path) -> list[str]:
@@ -55,11 +63,31 @@ def started(log: Path, offset: int) -> bool:
     return "rolling out" in log.read_text(errors="replace")[offset:]
 
 
-def run(config_path: Path, output_dir: Path, log: Path, kill_after_s: float | None = None,
-        after_batches: int = 0) -> dict:
+def batch_seconds(log: Path, default: float) -> float:
+    """The median duration of the last five batches the log shows run through in one
+    process (batch n's "rolling out" line to batch n+1's), or `default`."""
+    if not log.exists():
+        return default
+    starts = [(int(match.group(2)), datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f"))
+              for match in ROLLING_OUT.finditer(log.read_text(errors="replace"))]
+    durations = [(later - earlier).total_seconds()
+                 for (batch, earlier), (next_batch, later) in itertools.pairwise(starts)
+                 if next_batch == batch + 1]
+    return statistics.median(durations[-5:]) if durations else default
+
+
+def last_line(log: Path, offset: int) -> str:
+    lines = [line for line in log.read_text(errors="replace")[offset:].splitlines()
+             if line.strip()]
+    return lines[-1][-120:] if lines else ""
+
+
+def run(config_path: Path, output_dir: Path, log: Path, kill_fraction: float | None = None,
+        after_batches: int = 0, default_batch_seconds: float = 0.0) -> dict:
     """Start the command; once it has entered the loop and committed `after_batches`
-    batches, wait `kill_after_s` and SIGKILL it, or (None) let it finish. Returns what
-    happened, with the seconds it spent in the loop."""
+    batches, wait `kill_fraction` of a batch's duration and SIGKILL it, or (None) let it
+    finish. Returns what happened, with the seconds it spent in the loop and the log's
+    last line at the kill."""
     offset = log.stat().st_size if log.exists() else 0
     with log.open("a") as stream:
         process = subprocess.Popen(command(config_path, output_dir), cwd=PROJECT_ROOT,
@@ -70,19 +98,23 @@ def run(config_path: Path, output_dir: Path, log: Path, kill_after_s: float | No
         in_loop = time.monotonic()
         while process.poll() is None and completed_batches(output_dir) < after_batches:
             time.sleep(0.05)
+        delay = (None if kill_fraction is None
+                 else kill_fraction * batch_seconds(log, default_batch_seconds))
         try:
-            process.wait(timeout=kill_after_s)
+            process.wait(timeout=delay)
             ended = True
         except subprocess.TimeoutExpired:
+            at = last_line(log, offset)
             os.kill(process.pid, signal.SIGKILL)
             process.wait()
             ended = False
     if ended and process.returncode != 0:
         raise SystemExit(f"{output_dir}: exit status {process.returncode}, see {log}")
-    return {"killed_after_s": None if ended else round(kill_after_s or 0.0, 2),
+    return {"killed_after_s": None if ended else round(delay or 0.0, 2),
             "loop_seconds": round(time.monotonic() - in_loop, 2),
             "seconds": round(time.monotonic() - launched, 2), "after_batches": after_batches,
-            "completed_batches": completed_batches(output_dir), "ended": ended}
+            "completed_batches": completed_batches(output_dir), "ended": ended,
+            "last_log_line": None if ended else at}
 
 
 def final_adapter(output_dir: Path) -> dict[str, torch.Tensor]:
@@ -155,17 +187,19 @@ def main() -> None:
 
     generator = random.Random(arguments.seed)
     targets = sorted(generator.randrange(batches) for _ in range(arguments.kills))
+    fractions = [generator.random() for _ in targets]
     kills = []
     killed_start = time.monotonic()
-    for index, target in enumerate(targets):
-        delay = generator.uniform(0.0, 1.5 * loop_seconds / batches)
-        kills.append(run(arguments.config_path, killed, base / "killed.log", delay, target))
+    for index, (target, fraction) in enumerate(zip(targets, fractions, strict=True)):
+        kills.append(run(arguments.config_path, killed, base / "killed.log", fraction, target,
+                         loop_seconds / batches))
         print(f"kill {index + 1}/{arguments.kills}: {kills[-1]}", flush=True)
     run(arguments.config_path, killed, base / "killed.log")
     killed_seconds = time.monotonic() - killed_start
     result = {"config_path": str(arguments.config_path), "seed": arguments.seed,
               "reference_seconds": reference_run["seconds"],
-              "killed_run_seconds": round(killed_seconds, 1), "kills": kills,
+              "killed_run_seconds": round(killed_seconds, 1),
+              "kills_landed": sum(not kill["ended"] for kill in kills), "kills": kills,
               **compare(reference, killed)}
     (base / "kill_anywhere.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({key: value for key, value in result.items() if key != "kills"},

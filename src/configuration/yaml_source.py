@@ -23,7 +23,7 @@ _NumberAwareLoader.add_implicit_resolver(
     re.compile(
         r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
         |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-        |\.[0-9_]+(?:[eE][-+][0-9]+)?
+        |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
         |[-+]?\.(?:inf|Inf|INF)
         |\.(?:nan|NaN|NAN))$""",
         re.X,
@@ -59,6 +59,8 @@ class YamlSource:
             mark = getattr(error, "problem_mark", None)
             raise ConfigError(f"invalid YAML: {error}", file=str(path),
                               line=mark.line + 1 if mark else None) from error
+        except ValueError as error:  # a scalar that resolves to a type it cannot be
+            raise ConfigError(f"invalid YAML value: {error}", file=str(path)) from error
         self.lines: dict[tuple[str, ...], int] = {}
         if node is not None:
             _line_map(node, (), self.lines)

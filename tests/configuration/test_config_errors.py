@@ -118,3 +118,13 @@ def test_every_shipped_assignment_is_valid(capsys: pytest.CaptureFixture[str]) -
     for path in files:  # assignments and offline training configs alike
         assert main(["--config_path", str(path), "--dry_run"]) == 0, capsys.readouterr().err
         assert "dry run: the" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("._", "must hold a mapping"),  # a string now, no longer a float that fails
+    ("assignment_config: {output_dir: 2001-02-30}", "invalid YAML value: day is out of range"),
+])
+def test_scalars_that_resolve_badly_are_config_errors(tmp_path: Path, text: str,
+                                                      problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        plan(write(tmp_path, text))

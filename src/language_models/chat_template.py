@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from src.language_models.language_model import LanguageModel
 
@@ -47,6 +48,25 @@ def probe_template(language_model: LanguageModel, system_prompt: str | None) -> 
     closing = through_agent[through_agent.rindex(_PROBE_AGENT) + len(_PROBE_AGENT):]
     opening = next_turn[len(through_agent):]
     return closing, opening
+
+
+def render_continuation(tokenizer: Any, messages: Sequence[dict[str, Any]],
+                        tools: list[dict[str, Any]] | None = None) -> str:
+    """The template's text for OpenAI `messages` (user turns, tool results) that follow a
+    closed agent turn, through the next generation prompt: rendered after a probe turn
+    and cut where the rendering up to that turn ends, so that the template decides how
+    consecutive messages are grouped (several tool results in one turn, say)."""
+    probe = [{"role": "user", "content": _PROBE_USER},
+             {"role": "assistant", "content": _PROBE_AGENT}]
+    extra = {"tools": tools} if tools else {}
+    closed = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=False,
+                                           **extra)
+    extended = tokenizer.apply_chat_template([*probe, *messages], tokenize=False,
+                                             add_generation_prompt=True, **extra)
+    if not extended.startswith(closed):
+        raise TemplateError("the chat template re-renders earlier turns when messages follow "
+                            "an agent turn (prefix property fails)")
+    return extended[len(closed):]
 
 
 @dataclass(frozen=True)

@@ -2,52 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoTokenizer
 
 from src.agents.instance.lora_rl_agent import LoRARLAgent
 from src.experiment.loop import task_metrics
 from src.language_models.chat_template import TemplateError
-from src.language_models.language_model import (
-    FinishReason,
-    Generation,
-    LanguageModel,
-    SamplingParams,
-)
+from src.language_models.language_model import LanguageModel
 from src.records.chat import Role
 from src.records.episode import Episode, Sample
+from tests.agents.scripted_model import ScriptedLanguageModel
 
 SYSTEM_PROMPT = "You are terse."
-
-
-class ScriptedLanguageModel(LanguageModel):
-    """Replies with chosen ids, so that a test decides exactly what was "sampled"."""
-
-    def __init__(self, tokenizer_path: Path, replies: Sequence[tuple[list[int], FinishReason]]):
-        self._tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
-        self._replies = list(replies)
-        self.prompts: list[list[int]] = []  # what each generate call was fed
-
-    @property
-    def tokenizer(self):
-        return self._tokenizer
-
-    @property
-    def max_context_tokens(self) -> int:
-        return 2048
-
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
-                 seed: int | None = None) -> list[list[Generation]]:
-        generations = []
-        for prompt in prompts:
-            self.prompts.append(list(prompt))
-            ids, finish_reason = self._replies.pop(0)
-            generations.append([Generation(ids, [-1.0] * len(ids), finish_reason)])
-        return generations
 
 
 def encode(model: LanguageModel, text: str) -> list[int]:

@@ -129,4 +129,4 @@ def test_a_call_that_rewrites_history_fails_its_episode_and_is_counted(model) ->
 def test_unsupported_requests_are_refused_with_a_reason(model) -> None:
     _, episodes = roll_out(model, "tool_agent", episodes=1, max_round=1)
     assert episodes[0].status is EpisodeStatus.AGENT_ERROR
-    assert "does not support tools" in episodes[0].info["agent_error"]
+    assert "does not render tools" in episodes[0].info["agent_error"]

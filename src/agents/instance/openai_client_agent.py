@@ -8,7 +8,10 @@ Its client talks to an OpenAI-compatible endpoint (`src.agents.openai_endpoint`)
 this agent's language model, the policy being trained (in process or a rollout pool), that
 records every call token-exact into the episode's trajectory, so that the RL callback
 trains on exactly what was sampled. The functions of all running episodes run in threads
-and their calls are answered in one batched `generate` (lockstep).
+and their calls are answered in one batched `generate` (lockstep). With `tools`, where the
+model's chat template renders them, replies in the Hermes format come back as `tool_calls`;
+the function runs the tools and sends their results as `tool` messages in its next call
+(`metric/tool_calls`, `metric/malformed_tool_calls` count them per episode).
 
 An episode ends as `agent_error` (left out of the update, reason in its info, counted in
 `metric/prefix_broken` where that was the reason) when its function raises or returns no
@@ -35,8 +38,14 @@ from src.agents.openai_endpoint.server import (
     check_supported,
     completion_response,
 )
+from src.agents.openai_endpoint.tool_calls import (
+    ParsedReply,
+    parse_hermes,
+    template_message,
+    template_renders_tools,
+)
 from src.configuration.components import import_dotted
-from src.language_models.chat_template import probe_turn_boundary
+from src.language_models.chat_template import probe_turn_boundary, render_continuation
 from src.language_models.language_model import LanguageModel, SamplingParams
 from src.records.chat import Role
 from src.records.episode import Episode, EpisodeStatus
@@ -62,6 +71,7 @@ class OpenAIClientAgent(SamplingAgent):
         self.sampling = SamplingParams(temperature=temperature, top_p=top_p,
                                        max_new_tokens=max_new_tokens)
         self._boundary = probe_turn_boundary(language_model, None)
+        self._renders_tools = template_renders_tools(language_model.tokenizer)
         self._batcher = LockstepBatcher(lambda prompts: [
             samples[0] for samples in language_model.generate(prompts, self.sampling)])
         # id(episode) -> (the episode, held until it has ended, and its session)
@@ -73,16 +83,27 @@ class OpenAIClientAgent(SamplingAgent):
     def _encode(self, text: str) -> list[int]:
         return self.language_model.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def _render(self, messages: list[dict[str, str]]) -> list[int]:
-        return self._encode(self.language_model.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True))
-
     def _answer(self, session: EpisodeSession, request: ChatCompletionRequest
                 ) -> dict[str, Any]:
         check_supported(request)
+        tools = request.tools or None
+        if tools and not self._renders_tools:
+            raise EndpointRefusal("unsupported", "this model's chat template does not render "
+                                  "tools, so it was not taught tool calls: send none")
+        tokenizer = self.language_model.tokenizer
         trajectory = session.calls.trajectory
+
+        def render(messages: Sequence[dict[str, Any]]) -> list[int]:
+            return self._encode(tokenizer.apply_chat_template(
+                [template_message(message) for message in messages], tools=tools,
+                tokenize=False, add_generation_prompt=True))
+
+        def continuation(messages: Sequence[dict[str, Any]]) -> list[int]:
+            return self._encode(render_continuation(
+                tokenizer, [template_message(message) for message in messages], tools))
+
         try:
-            prompt = session.calls.prompt_for(request.messages, self._render, self._encode)
+            prompt = session.calls.prompt_for(request.messages, tools, render, continuation)
         except PrefixBroken as error:
             raise EndpointRefusal("prefix_broken", str(error)) from error
         limit = self.language_model.max_context_tokens
@@ -97,12 +118,12 @@ class OpenAIClientAgent(SamplingAgent):
                                   sampling.temperature, sampling.top_p,
                                   sampling.max_new_tokens)
         text = self._reply_text(generation)
-        tokenizer = self.language_model.tokenizer
-        session.calls.last_reply = text
+        reply = (parse_hermes(text, f"call_{session.key}_{session.calls.calls}")
+                 if tools and request.tool_choice != "none" else ParsedReply(text))
         return completion_response(
             session, request, prompt, generation.token_ids, generation.logprobs,
-            [tokenizer.decode([token]) for token in generation.token_ids], text,
-            generation.finish_reason)
+            [tokenizer.decode([token]) for token in generation.token_ids],
+            session.calls.replied(reply), generation.finish_reason)
 
     # ---- Agent hooks ---------------------------------------------------------------
     def _start_episode(self, episode: Episode) -> None:
@@ -110,6 +131,8 @@ class OpenAIClientAgent(SamplingAgent):
         session = EpisodeSession(self._session_key(episode),
                                  EpisodeCalls(episode.trajectory, self._boundary))
         episode.info["metric/prefix_broken"] = 0.0
+        for key in ("tool_calls", "malformed_tool_calls"):
+            episode.info[f"metric/{key}"] = 0.0
         episode.info["endpoint_session"] = session.key  # the `id` of its responses
         self._sessions[id(episode)] = (episode, session)
         self.endpoint.sessions[session.key] = session
@@ -160,6 +183,8 @@ class OpenAIClientAgent(SamplingAgent):
                 for episode, session, result in zip(episodes, sessions, results, strict=True)]
 
     def _reply(self, episode: Episode, session: EpisodeSession, result: Any) -> AgentReply:
+        episode.info["metric/tool_calls"] = float(session.calls.tool_calls)
+        episode.info["metric/malformed_tool_calls"] = float(session.calls.malformed_tool_calls)
         if isinstance(result, str):
             return AgentReply(result)
         refusal = session.refusal

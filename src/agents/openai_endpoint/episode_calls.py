@@ -1,20 +1,23 @@
 """One episode's calls to the endpoint, kept token-exact.
 
 The first call's messages are rendered by the chat template. Every later call must send
-the conversation of the call before it, that call's reply as the assistant message (its
-text as returned), and new user messages: the prefix property. Its prompt is then the
-previous prompt, the sampled ids, and the template's ids that close the reply and open the
-new turns, as the built-in agent builds it (`TurnBoundary`): what is trained on is exactly
-what the model was fed. A call that breaks the property is refused (`PrefixBroken`),
-never re-tokenised into a different history.
+the conversation of the call before it, that call's reply as the assistant message (as
+returned: its content, and its `tool_calls` where it has them), and new user messages or
+tool results: the prefix property. Its prompt is then the previous prompt, the sampled ids,
+the template's ids that close the reply (`TurnBoundary`, as the built-in agent does) and
+those that render the new messages: what is trained on is exactly what the model was fed.
+A call that breaks the property is refused (`PrefixBroken`), never re-tokenised into a
+different history.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from src.agents.openai_endpoint.tool_calls import ParsedReply, arguments_value
 from src.language_models.chat_template import TurnBoundary
 from src.records.trajectory import Trajectory
 
@@ -23,48 +26,86 @@ class PrefixBroken(ValueError):
     """A call's messages do not extend the conversation the episode's policy was fed."""
 
 
-def message_text(message: dict[str, Any]) -> tuple[str, str]:
-    """(role, text) of an OpenAI chat message; content may be a list of text parts."""
+# (role, text, tool calls as (id, name, arguments), tool_call_id): what the prefix check
+# compares; arguments are compared as JSON values, so their spacing may change
+Message = tuple[str, str, tuple[tuple[str, str, Any], ...], str | None]
+FOLLOWING_ROLES = ("user", "tool")  # the roles a call may add after the last reply
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The text of an OpenAI chat message; content may be a list of text parts."""
     content = message.get("content")
     if isinstance(content, list):
         content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return str(message.get("role")), "" if content is None else str(content)
+    return "" if content is None else str(content)
+
+
+def canonical_message(message: dict[str, Any]) -> Message:
+    calls = []
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        calls.append((str(call.get("id")), str(function.get("name")),
+                      json.dumps(arguments_value(function.get("arguments")), sort_keys=True)))
+    tool_call_id = message.get("tool_call_id")
+    return (str(message.get("role")), message_text(message), tuple(calls),
+            None if tool_call_id is None else str(tool_call_id))
 
 
 @dataclass
 class EpisodeCalls:
     trajectory: Trajectory
     boundary: TurnBoundary
-    messages: list[tuple[str, str]] = field(default_factory=list)  # the last call's
-    last_reply: str | None = None  # the text the last call returned
+    messages: list[Message] = field(default_factory=list)  # the last call's
+    last_reply: Message | None = None  # the assistant message the last call returned
+    tools: str | None = None  # the first call's tool list, as JSON
     calls: int = 0
+    tool_calls: int = 0  # tool calls returned
+    malformed_tool_calls: int = 0  # replies whose tool-call blocks could not be read
 
-    def prompt_for(self, messages: Sequence[dict[str, Any]],
-                   render: Callable[[list[dict[str, str]]], list[int]],
-                   encode: Callable[[str], list[int]]) -> list[int]:
+    def prompt_for(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                   render: Callable[[Sequence[dict[str, Any]]], list[int]],
+                   continuation: Callable[[Sequence[dict[str, Any]]], list[int]]) -> list[int]:
         """The token ids to sample the reply to `messages` from, appended to the
-        trajectory; raises PrefixBroken (leaving the trajectory as it was)."""
-        chat = [message_text(message) for message in messages]
-        if not chat or chat[-1][0] != "user":
-            raise PrefixBroken("the last message must be the user's")
+        trajectory; raises PrefixBroken (leaving the trajectory as it was).
+
+        `render` gives a first call's ids; `continuation` the template's ids for messages
+        that follow a closed assistant turn, through the generation prompt."""
+        chat = [canonical_message(message) for message in messages]
+        if not chat or chat[-1][0] not in FOLLOWING_ROLES:
+            raise PrefixBroken("the last message must be the user's or a tool result")
+        tools_json = json.dumps(tools, sort_keys=True) if tools else None
         if self.calls == 0:
-            ids = render([{"role": role, "content": text} for role, text in chat])
+            ids = render(messages)
+            self.tools = tools_json
         else:
-            expected = [*self.messages, ("assistant", self.last_reply or "")]
+            if tools_json != self.tools:
+                raise PrefixBroken(f"call {self.calls + 1} changes the tools of call 1: the "
+                                   f"template renders them at the start of the conversation")
+            expected = [*self.messages, self.last_reply]
             if chat[:len(expected)] != expected:
                 raise PrefixBroken(
                     f"call {self.calls + 1} does not extend call {self.calls}: send its "
                     f"messages, then its reply unchanged as the assistant message, then new "
-                    f"user messages")
-            new = chat[len(expected):]
-            if any(role != "user" for role, _ in new):
-                raise PrefixBroken(f"call {self.calls + 1}: after the last reply only user "
-                                   f"messages may follow (got {[role for role, _ in new]})")
+                    f"user messages or tool results")
+            new = messages[len(expected):]
+            if any(role not in FOLLOWING_ROLES for role, *_ in chat[len(expected):]):
+                raise PrefixBroken(
+                    f"call {self.calls + 1}: after the last reply only user messages and "
+                    f"tool results may follow (got {[role for role, *_ in chat[len(expected):]]})")
             start, _ = self.trajectory.turn_spans[-1]
             ids = self.boundary.closing_after(self.trajectory.token_ids[start:])
-            for _, text in new:
-                ids += encode(self.boundary.opening_text(text))
+            ids += continuation(new)
         self.trajectory.append_context(ids)
         self.messages = chat
         self.calls += 1
         return list(self.trajectory.token_ids)
+
+    def replied(self, reply: ParsedReply) -> dict[str, Any]:
+        """Records the reply the call returns; its OpenAI assistant message."""
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            message["tool_calls"] = [call.to_openai() for call in reply.tool_calls]
+        self.last_reply = canonical_message(message)
+        self.tool_calls += len(reply.tool_calls)
+        self.malformed_tool_calls += reply.malformed
+        return message

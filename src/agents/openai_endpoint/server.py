@@ -7,9 +7,12 @@ assignment's (the trainer scores under the same distribution), not the request's
 OpenAI's fields each response carries, as vLLM does with `return_token_ids`, the exact
 `prompt_token_ids` and the choice's `token_ids`.
 
-Refused with status 400 and a message: `n` other than 1, `stream`, `stop`, `tools` (tool
-calls need a model-specific parser), a prompt that would not fit the model
-(`context_length_exceeded`) and a call that breaks the prefix property (`prefix_broken`).
+Tools are rendered by the chat template and tool calls parsed from the reply
+(`tool_calls`) where the template renders tools. Refused with status 400 and a message: `n`
+other than 1, `stream`, `stop`, a `tool_choice` that forces a call (that needs constrained
+decoding), `tools` for a template that does not render them, a prompt that would not fit
+the model (`context_length_exceeded`) and a call that breaks the prefix property
+(`prefix_broken`).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class ChatCompletionRequest(BaseModel):
     stream: bool = False
     stop: str | list[str] | None = None
     tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
     logprobs: bool = False
 
 
@@ -124,17 +128,21 @@ class ChatCompletionsEndpoint:
 def check_supported(request: ChatCompletionRequest) -> None:
     for refused, what in ((request.n != 1, "n other than 1 (one call, one reply)"),
                           (request.stream, "stream"), (request.stop is not None, "stop"),
-                          (bool(request.tools), "tools")):
+                          (request.tool_choice not in (None, "auto", "none"),
+                           f"tool_choice {request.tool_choice!r} (only auto and none)")):
         if refused:
             raise EndpointRefusal("unsupported", f"this endpoint does not support {what}")
 
 
 def completion_response(session: EpisodeSession, request: ChatCompletionRequest,
                         prompt: list[int], token_ids: list[int], logprobs: list[float],
-                        tokens: list[str], text: str, finish_reason: str) -> dict[str, Any]:
+                        tokens: list[str], message: dict[str, Any],
+                        finish_reason: str) -> dict[str, Any]:
+    if message.get("tool_calls") and finish_reason == "stop":
+        finish_reason = "tool_calls"
     choice: dict[str, Any] = {
         "index": 0, "finish_reason": finish_reason, "token_ids": token_ids,
-        "message": {"role": "assistant", "content": text},
+        "message": message,
         "logprobs": {"content": [
             {"token": token, "logprob": logprob, "bytes": list(token.encode()),
              "top_logprobs": []} for token, logprob in zip(tokens, logprobs, strict=True)]}

@@ -1,7 +1,8 @@
 """Run an assignment: python src/run_experiment.py --config_path configs/assignments/X.yaml
 
 A file whose top-level key is `offline_training_config` (instead of `assignment_config`)
-runs offline group training (src/offline_training).
+runs offline group training (src/offline_training); `supervised_training_config`, the
+supervised stage (src/supervised_training).
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ from src.experiment.run_directory import StorageFailure, start_run, storage_guar
 from src.offline_training.config import declares_offline_training  # noqa: E402
 from src.offline_training.run import run_offline_training  # noqa: E402
 from src.report.run_end import end_of_run_report  # noqa: E402
+from src.supervised_training.config import declares_supervised_training  # noqa: E402
+from src.supervised_training.run import run_supervised_training  # noqa: E402
 
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config_path", required=True, type=Path,
-                        help="assignment (or offline_training_config) YAML file")
+                        help="assignment (or offline_training_config, supervised_training_config) YAML file")
     parser.add_argument("--output_dir", default=None,
                         help="overrides assignment_config.output_dir ({TIMESTAMP} allowed)")
     parser.add_argument("--dry_run", action="store_true",
@@ -60,6 +63,10 @@ def run_command(arguments: argparse.Namespace) -> int:
         return run_offline_training(arguments.config_path, arguments.output_dir,
                                     arguments.dry_run, arguments.new_run,
                                     show_progress=not arguments.no_progress)
+    if declares_supervised_training(arguments.config_path):
+        return run_supervised_training(arguments.config_path, arguments.output_dir,
+                                       arguments.dry_run, arguments.new_run,
+                                       show_progress=not arguments.no_progress)
 
     def prepare() -> tuple[ExperimentConfig, ExperimentPlan, str]:
         config, source = load_experiment_config(arguments.config_path)

@@ -17,6 +17,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src"
 LAYERS: dict[str, int] = {
     "run_experiment": 8,  # entry
     "offline_training": 7,  # a pipeline over the online one's run folder
+    "supervised_training": 7,  # the supervised stage, over the same run folder
     "report": 6, "export": 6,  # read run folders: curves and end-of-run lines; exports
     "experiment": 5,  # the online pipeline: loop, rollout, run folder
     "callbacks": 4,

@@ -20,6 +20,7 @@ REGISTRY: dict[str, str] = {
     "oracle_agent": "src.agents.instance.oracle_agent.OracleAgent",
     "lora_rl_agent": "src.agents.instance.lora_rl_agent.LoRARLAgent",
     "openai_client_agent": "src.agents.instance.openai_client_agent.OpenAIClientAgent",
+    "experience_replay_agent": "src.agents.instance.experience_replay_agent.ExperienceReplayAgent",
     "huggingface_lora": (
         "src.language_models.instance.huggingface_lora_language_model"
         ".HuggingfaceLoRALanguageModel"

@@ -203,10 +203,14 @@ class ExperimentLoop:
         task = self.task
         schedule = Schedule.build(task.sample_ids("train"), assignment)
         total = len(schedule.batches)
-        # Each callback's checkpoints, then the task family's: one store each.
+        # Each callback's checkpoints, then the task family's (and the agent's, if it keeps
+        # state): one store each.
         stores = [self.run.callback_store(callback_id) for callback_id in callbacks]
         stores.append(self.run.task_store())
-        owners = [*callbacks.values(), task]
+        owners: list[Any] = [*callbacks.values(), task]
+        if self.components.agent.has_state:
+            stores.append(self.run.agent_store())
+            owners.append(self.components.agent)
         committed = state.completed_batches
         for callback in callbacks.values():
             callback.on_run_start(total, assignment.rollout.batch_size

@@ -10,13 +10,14 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict
 
 from src.configuration.assignment import RESUME_SAFE_KEYS
 from src.configuration.errors import ConfigError
+from src.configuration.yaml_source import YamlSource
 from src.storage.files import (
     atomic_write_json,
     atomic_write_text,
@@ -30,6 +31,7 @@ TIMESTAMP = "{TIMESTAMP}"
 STATE_FILE = "run_state.json"
 CONFIG_FILE = "config.yaml"
 TASK_STATE = "task_state"
+AGENT_STATE = "agent_state"
 
 
 class RunState(BaseModel):
@@ -130,6 +132,10 @@ class RunDirectory:
         """task_state/: the task family's state (e.g. the econ few-shot memory)."""
         return CheckpointStore(self.path / TASK_STATE)
 
+    def agent_store(self) -> CheckpointStore:
+        """agent_state/: the agent's state, for agents that keep one (a replay memory)."""
+        return CheckpointStore(self.path / AGENT_STATE)
+
     def announce(self, state: RunState, unit: str) -> bool:
         """Print where the run stands (`unit`: what `completed_batches` counts); False when
         it has already finished and there is nothing to do."""
@@ -182,8 +188,29 @@ def storage_guard(folder: Path) -> Iterator[None]:
         raise StorageFailure(_describe_storage_failure(folder, cause)) from error
 
 
+Config = TypeVar("Config", bound=BaseModel)
+
+
 class Plan(Protocol):
     def describe(self) -> str: ...
+
+
+def keyed_config(config_path: Path, key: str, load: Callable[[YamlSource], Config],
+                 plan: Callable[[Config, YamlSource], Plan], output_dir: str | None
+                 ) -> Callable[[], tuple[Config, Plan, str]]:
+    """`start_run`'s `prepare` for a file whose one top-level section `key` holds an
+    `output_dir` (which the command line's `output_dir` overrides)."""
+
+    def prepare() -> tuple[Config, Plan, str]:
+        source = YamlSource(config_path)
+        config = load(source)
+        section = getattr(config, key)
+        if output_dir is not None:
+            section = section.model_copy(update={"output_dir": output_dir})
+            config = config.model_copy(update={key: section})
+        return config, plan(config, source), section.output_dir
+
+    return prepare
 
 
 def start_run(prepare: Callable[[], tuple[BaseModel, Plan, str]], config_path: Path,
@@ -208,3 +235,25 @@ def start_run(prepare: Callable[[], tuple[BaseModel, Plan, str]], config_path: P
     if not run.announce(state, unit):
         return 0
     return run, state, plan
+
+
+LATEST = "{LATEST}"
+
+
+class RunNotFound(ValueError):
+    """No finished run matches a `{LATEST}` path."""
+
+
+def resolve_latest(path: str) -> Path:
+    """`path` itself, or with `{LATEST}` standing for a run folder: the newest finished run
+    (folders are named by start time, so the name orders them) that holds the file."""
+    if LATEST not in path:
+        return Path(path)
+    prefix, suffix = path.split(LATEST, 1)
+    for folder in sorted(glob.glob(glob.escape(prefix) + "*"), reverse=True):
+        state = RunDirectory(Path(folder)).read_state()
+        candidate = Path(folder + suffix)
+        if state is not None and state.finished and candidate.is_file():
+            return candidate
+    raise RunNotFound(f"no finished run matches {path}: run the experiment that writes it "
+                      "first, or name a run folder instead of {LATEST}")

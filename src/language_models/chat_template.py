@@ -113,3 +113,41 @@ def probe_turn_boundary(language_model: LanguageModel, system_prompt: str | None
             f"which does not start with one of the model's end-of-turn tokens "
             f"{list(end_of_turn_ids)}: the sampler would not stop where the template ends a turn")
     return TurnBoundary(closing_ids, opening)
+
+
+def demonstration_ids(language_model: LanguageModel, boundary: TurnBoundary,
+                      system_prompt: str | None, chat: Sequence[tuple[str, str]]
+                      ) -> tuple[list[int], list[int]]:
+    """(ids, loss mask) of a finished chat of "user" / "agent" turns, built as the LoRA
+    agent builds a trajectory: the first user turn rendered with the generation prompt,
+    then per agent turn its reply's ids and the end-of-turn token (mask 1: what a policy
+    would have sampled), and before each next user turn the rest of the closing and the
+    turn's opening (mask 0)."""
+    if not chat or chat[0][0] != "user":
+        raise ValueError("a demonstration starts with a user message")
+    encode = language_model.tokenizer
+    ids = encode(render_chat(language_model, system_prompt, [chat[0]], True),
+                 add_special_tokens=False)["input_ids"]
+    mask = [0] * len(ids)
+    previous = "user"
+    for role, content in chat[1:]:
+        if role == "agent":
+            if previous == "agent":
+                raise ValueError("two agent turns in a row")
+            reply = encode(content, add_special_tokens=False)["input_ids"] + [
+                boundary.end_of_turn_id]
+            ids += reply
+            mask += [1] * len(reply)
+        elif role == "user":
+            if previous == "user":
+                raise ValueError("two user turns in a row")
+            context = list(boundary.closing_ids[1:]) + encode(
+                boundary.opening_text(content), add_special_tokens=False)["input_ids"]
+            ids += context
+            mask += [0] * len(context)
+        else:
+            raise ValueError(f"unknown role '{role}' (user or agent)")
+        previous = role
+    if previous != "agent":
+        raise ValueError("a demonstration ends with the agent's reply")
+    return ids, mask

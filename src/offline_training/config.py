@@ -16,8 +16,7 @@ from pydantic import (
 
 from src.agents.agent import Agent
 from src.configuration.assignment import ComponentConfig, StrictModel
-from src.configuration.errors import ConfigError
-from src.configuration.yaml_source import YamlSource
+from src.configuration.yaml_source import YamlSource, declares_top_level_key, validate_keyed
 from src.experiment.assembly import ComponentPlan, plan_component
 from src.language_models.language_model import TrainableLanguageModel
 from src.tasks.task import Task
@@ -144,20 +143,11 @@ class OfflineTrainingPlan:
 
 
 def declares_offline_training(path: Path) -> bool:
-    """Whether the file's top-level key is `offline_training_config`. An unreadable file
-    answers False: the assignment path then reports what is wrong with it."""
-    try:
-        data = YamlSource(path).data
-    except ConfigError:
-        return False
-    return isinstance(data, dict) and OFFLINE_TRAINING_KEY in data
+    return declares_top_level_key(path, OFFLINE_TRAINING_KEY)
 
 
 def load_offline_config(source: YamlSource) -> OfflineExperimentConfig:
-    if not isinstance(source.data, dict):
-        raise ConfigError(f"the file must hold a mapping with key '{OFFLINE_TRAINING_KEY}'",
-                          file=str(source.path))
-    return source.validate(OfflineExperimentConfig)
+    return validate_keyed(source, OFFLINE_TRAINING_KEY, OfflineExperimentConfig)
 
 
 def plan_offline_training(config: OfflineExperimentConfig,

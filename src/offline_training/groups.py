@@ -10,7 +10,6 @@ Two sources:
 
 from __future__ import annotations
 
-import glob
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -21,16 +20,18 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from src.experiment.run_directory import RunDirectory
 from src.language_models.chat_template import probe_turn_boundary, render_chat
 from src.language_models.language_model import LanguageModel
 from src.records.chat import ChatMessage, Role
 from src.records.episode import EpisodeRecord
-from src.storage.files import atomic_write_text, read_numbered_json_lines
+from src.storage.files import (
+    atomic_write_text,
+    read_numbered_json_lines,
+    read_validated_json_lines,
+)
 
 logger = logging.getLogger(__name__)
 
-LATEST = "{LATEST}"
 SNAPSHOT_FILE = "groups.jsonl"
 
 
@@ -54,32 +55,15 @@ class ScoredGroup(BaseModel):
 
 
 # ---- sources -----------------------------------------------------------------------------
-def resolve_latest(path: str) -> Path:
-    """`path` itself, or with `{LATEST}` standing for a run folder: the newest finished run
-    (folders are named by start time, so the name orders them) that holds the file."""
-    if LATEST not in path:
-        return Path(path)
-    prefix, suffix = path.split(LATEST, 1)
-    for folder in sorted(glob.glob(glob.escape(prefix) + "*"), reverse=True):
-        state = RunDirectory(Path(folder)).read_state()
-        candidate = Path(folder + suffix)
-        if state is not None and state.finished and candidate.is_file():
-            return candidate
-    raise GroupFileError(f"no finished run matches {path}: run the experiment that writes it "
-                         "first, or name a run folder instead of {LATEST}")
-
-
 def read_runs_jsonl(path: Path) -> list[ScoredGroup]:
     """Groups of a run log: episodes sharing (sample_id, batch_index), ordered by their
     group_index. Episodes with no agent reply (e.g. the prompt did not fit) are left out."""
     members: dict[tuple[str, int], list[tuple[int, list[ChatMessage], str, float, int]]] = {}
-    for line_number, row in _json_lines(path):
-        try:
-            record = EpisodeRecord.model_validate(row)
-        except ValidationError as error:
-            first = error.errors()[0]
-            key = ".".join(str(part) for part in first["loc"])
-            raise GroupFileError(f"{path}:{line_number}: key '{key}': {first['msg']}") from error
+    try:
+        records = read_validated_json_lines(path, EpisodeRecord)
+    except ValueError as error:
+        raise GroupFileError(str(error)) from error
+    for line_number, record in records:
         replies = [index for index, message in enumerate(record.chat)
                    if message.role is Role.AGENT]
         if not replies:

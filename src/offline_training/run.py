@@ -9,14 +9,21 @@ from pathlib import Path
 
 import torch
 
-from src.configuration.yaml_source import YamlSource
 from src.experiment.assembly import instantiate
 from src.experiment.loop import evaluate_on_validation
-from src.experiment.run_directory import RunDirectory, RunState, start_run, storage_guard
+from src.experiment.run_directory import (
+    RunDirectory,
+    RunNotFound,
+    RunState,
+    keyed_config,
+    resolve_latest,
+    start_run,
+    storage_guard,
+)
 from src.language_models.language_model import TrainableLanguageModel
 from src.offline_training.config import (
+    OFFLINE_TRAINING_KEY,
     GroupsConfig,
-    OfflineExperimentConfig,
     OfflineTrainingPlan,
     load_offline_config,
     plan_offline_training,
@@ -26,7 +33,6 @@ from src.offline_training.groups import (
     ScoredGroup,
     read_runs_jsonl,
     read_scored_rows,
-    resolve_latest,
     snapshot_groups,
 )
 from src.offline_training.trainer import OfflineGroupTrainer
@@ -50,16 +56,8 @@ def run_offline_training(config_path: Path, output_dir: str | None = None,
                          dry_run: bool = False, new_run: bool = False,
                          show_progress: bool = True) -> int:
     """Validate, then train (or resume); the exit status of the command."""
-
-    def prepare() -> tuple[OfflineExperimentConfig, OfflineTrainingPlan, str]:
-        source = YamlSource(config_path)
-        config = load_offline_config(source)
-        if output_dir is not None:
-            offline = config.offline_training_config.model_copy(update={"output_dir": output_dir})
-            config = config.model_copy(update={"offline_training_config": offline})
-        return (config, plan_offline_training(config, source),
-                config.offline_training_config.output_dir)
-
+    prepare = keyed_config(config_path, OFFLINE_TRAINING_KEY, load_offline_config,
+                           plan_offline_training, output_dir)
     started = start_run(prepare, config_path, dry_run, new_run, "epoch")
     if isinstance(started, int):
         return started
@@ -70,7 +68,7 @@ def run_offline_training(config_path: Path, output_dir: str | None = None,
         try:
             groups = snapshot_groups(run.path, lambda: read_configured_groups(offline.groups),
                                      offline.groups.min_score_spread)
-        except GroupFileError as error:
+        except (GroupFileError, RunNotFound) as error:
             print(f"data error: {error}", file=sys.stderr)
             return 2
         summary = train(plan, groups, run, state, show_progress)

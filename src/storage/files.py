@@ -11,7 +11,11 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -100,6 +104,23 @@ def read_numbered_json_lines(path: Path) -> list[tuple[int, Any]]:
             except json.JSONDecodeError as error:
                 raise ValueError(f"{path}:{number}: invalid JSON: {error.msg} "
                                  f"(column {error.colno})") from error
+    return rows
+
+
+def read_validated_json_lines(path: Path, model: type[ModelT]) -> list[tuple[int, ModelT]]:
+    """(line number, row) for each non-blank line of a jsonl file of `model` rows; a
+    missing file, a line that is not JSON or a row that does not validate raises
+    ValueError naming the file, the line and the key."""
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
+    rows = []
+    for number, row in read_numbered_json_lines(path):
+        try:
+            rows.append((number, model.model_validate(row)))
+        except ValidationError as error:
+            first = error.errors()[0]
+            key = ".".join(str(part) for part in first["loc"])
+            raise ValueError(f"{path}:{number}: key '{key}': {first['msg']}") from error
     return rows
 
 

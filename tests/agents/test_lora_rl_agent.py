@@ -9,7 +9,11 @@ import torch
 
 from src.agents.instance.lora_rl_agent import LoRARLAgent
 from src.experiment.loop import task_metrics
-from src.language_models.chat_template import TemplateError
+from src.language_models.chat_template import (
+    TemplateError,
+    demonstration_ids,
+    probe_turn_boundary,
+)
 from src.language_models.language_model import LanguageModel
 from src.records.chat import Role
 from src.records.episode import Episode, Sample
@@ -141,3 +145,25 @@ def test_a_template_whose_turns_do_not_end_with_an_end_of_turn_token_is_refused(
         "{% if add_generation_prompt %}assistant: {% endif %}")
     with pytest.raises(TemplateError, match="does not start with one of the model's end-of-turn"):
         LoRARLAgent(model)
+
+
+def test_a_demonstration_is_tokenised_as_the_agent_feeds_and_samples_it_with_scripted_model(
+        tiny_model_path: Path) -> None:
+    """The supervised stage trains on exactly the ids and mask the agent would have
+    produced had it sampled the demonstration's replies."""
+    probe = ScriptedLanguageModel(tiny_model_path, [])
+    end_of_turn = probe.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    texts = ["Four.", "Yes:\n```sql\nSELECT 4;\n```"]
+    model = ScriptedLanguageModel(tiny_model_path, [
+        (encode(probe, text) + [end_of_turn], "stop") for text in texts])
+    agent = LoRARLAgent(model, system_prompt=SYSTEM_PROMPT)
+    episode = play(agent, turns=2)
+    trajectory = episode.trajectory
+    assert trajectory is not None
+
+    chat = [(message.role.value, message.content) for message in episode.chat[:-1]]
+    ids, mask = demonstration_ids(model, probe_turn_boundary(model, SYSTEM_PROMPT),
+                                  SYSTEM_PROMPT, chat)
+    assert ids == trajectory.token_ids and mask == trajectory.loss_mask
+    with pytest.raises(ValueError, match="ends with the agent's reply"):
+        demonstration_ids(model, probe_turn_boundary(model, None), None, chat[:1])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from src.experiment.run_directory import RunDirectory, RunState
+from src.experiment.run_directory import RunDirectory, RunNotFound, RunState, resolve_latest
 from src.language_models.instance.huggingface_lora_language_model import (
     HuggingfaceLoRALanguageModel,
 )
@@ -17,7 +17,6 @@ from src.offline_training.groups import (
     filter_groups,
     read_runs_jsonl,
     read_scored_rows,
-    resolve_latest,
     snapshot_groups,
     tokenize_groups,
 )
@@ -143,7 +142,7 @@ def test_latest_means_the_newest_finished_run(tmp_path: Path) -> None:
     pattern = f"{tmp_path}/{{LATEST}}/runs.jsonl"
     assert resolve_latest(pattern) == tmp_path / "2026-02-01-00-00-00" / "runs.jsonl"
     assert resolve_latest(str(tmp_path / "x.jsonl")) == tmp_path / "x.jsonl"
-    with pytest.raises(GroupFileError, match="no finished run matches"):
+    with pytest.raises(RunNotFound, match="no finished run matches"):
         resolve_latest(f"{tmp_path}/{{LATEST}}/other.jsonl")
 
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from src.language_models.instance.huggingface_lora_language_model import (
     HuggingfaceLoRALanguageModel,
@@ -19,8 +18,8 @@ from src.offline_training.groups import ScoredGroup, tokenize_groups
 from src.offline_training.trainer import MARGIN
 from src.records.chat import ChatMessage
 from src.records.episode import EpisodeRecord
-from src.run_experiment import main
 from src.training.learner import Learner, StepResult
+from tests.run_folders import checkpoint_adapter, run_command
 
 CONFIG = """\
 offline_training_config:
@@ -76,20 +75,11 @@ def write_config(tmp_path: Path, name: str, model: Path, kl_limit: float = 10.0)
     return config
 
 
-def run(config: Path) -> int:
-    return main(["--config_path", str(config), "--no_progress"])
-
-
-def adapter(output: Path, epoch: int) -> dict[str, torch.Tensor]:
-    folder = output / "training_state" / f"checkpoint-{epoch:06d}" / "lora_weights"
-    return load_file(folder / "adapter_model.safetensors")
-
-
 @pytest.fixture(scope="module")
 def straight_run(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One uninterrupted run: 1 warm-up + 2 GRPO epochs."""
     folder = tmp_path_factory.mktemp("straight")
-    assert run(write_config(folder, "out", tiny_model_path)) == 0
+    assert run_command(write_config(folder, "out", tiny_model_path)) == 0
     return folder / "out"
 
 
@@ -155,7 +145,7 @@ def test_no_best_checkpoint_when_every_epoch_leaves_the_kl_band(tiny_model_path:
     # a full-rate warm-up: every epoch's KL is then clearly above 0
     config.write_text(config.read_text().replace("warmup: {epochs: 1}",
                                                  "warmup: {epochs: 1, learning_rate_scale: 1.0}"))
-    assert run(config) == 0
+    assert run_command(config) == 0
     rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").open()]
     assert all(row["kl"] > 1e-4 for row in rows[1:])
     assert not (tmp_path / "out" / "training_state" / "best").exists()
@@ -182,13 +172,13 @@ def test_interrupted_run_resumes_to_the_same_adapter(tiny_model_path: Path, tmp_
     with monkeypatch.context() as patch:
         patch.setattr(Learner, "update", step_then_crash)
         with pytest.raises(KeyboardInterrupt):
-            run(config)
+            run_command(config)
     output = tmp_path / "resumed"
     assert json.loads((output / "run_state.json").read_text())["completed_batches"] == (
         interrupted_epoch - 1)
-    assert run(config) == 0
+    assert run_command(config) == 0
 
-    expected, resumed = adapter(straight_run, 3), adapter(output, 3)
+    expected, resumed = checkpoint_adapter(straight_run, 3), checkpoint_adapter(output, 3)
     assert expected.keys() == resumed.keys()
     difference = max((expected[key] - resumed[key]).abs().max().item() for key in expected)
     assert difference <= 1e-6

@@ -34,6 +34,8 @@ class LoRARLAgent(SamplingAgent):
         self.sampling = SamplingParams(temperature=temperature, top_p=top_p,
                                        max_new_tokens=max_new_tokens)
         self._consumed: dict[int, int] = {}  # id(episode) -> chat messages already in its ids
+        # id(episode) -> the turns put before its chat (none here; see `_turns_before`)
+        self._before: dict[int, list[tuple[str, str]]] = {}
         self._turn_boundary = probe_turn_boundary(language_model, system_prompt)
 
     # ---- templating ----------------------------------------------------------------
@@ -44,10 +46,16 @@ class LoRARLAgent(SamplingAgent):
         return self.language_model.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     # ---- Agent hooks ---------------------------------------------------------------
+    def _turns_before(self, episode: Episode) -> list[tuple[str, str]]:
+        """Turns rendered before the episode's chat, e.g. earlier solved episodes: none."""
+        return []
+
     def _start_episode(self, episode: Episode) -> None:
         first = episode.chat[0]
+        before = self._before[id(episode)] = self._turns_before(episode)
         trajectory = Trajectory()
-        trajectory.append_context(self._encode(self._render([("user", first.content)], True)))
+        trajectory.append_context(self._encode(self._render(
+            [*before, ("user", first.content)], True)))
         episode.trajectory = trajectory
         episode.info["template_consistent"] = True
         episode.info["metric/template_inconsistent"] = 0.0
@@ -74,7 +82,8 @@ class LoRARLAgent(SamplingAgent):
         self._consumed[id(episode)] = len(episode.chat)
         # Diagnostic, averaged into the metrics by the loop: do the fed ids decode to the
         # template's rendering of the chat? Once they differ, later turns cannot repair it.
-        rendered = self._render([(m.role.value, m.content) for m in episode.chat], True)
+        rendered = self._render([*self._before[id(episode)],
+                                 *[(m.role.value, m.content) for m in episode.chat]], True)
         fed = self.language_model.tokenizer.decode(trajectory.token_ids,
                                                    skip_special_tokens=False)
         consistent = episode.info["template_consistent"] and rendered == fed

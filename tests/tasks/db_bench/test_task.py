@@ -113,3 +113,15 @@ def test_episodes_of_one_family_have_their_own_sandboxes() -> None:
     assert observation != "[(0,)]"
     first.close()
     second.close()
+
+
+def test_stratified_validation_takes_each_skill_in_turn() -> None:
+    task = DBBenchSingleSkill(num_train=4, num_validation=44, seed=7, stratified_validation=True)
+    categories = [task.get_sample(sample_id).category
+                  for sample_id in task.sample_ids("validation")]
+    assert categories == list(task.skills) * 2
+    drawn = DBBenchSingleSkill(num_train=4, num_validation=44, seed=7)
+    assert [drawn.get_sample(i).category for i in drawn.sample_ids("validation")] != categories
+    # the train split is drawn as before
+    assert [task.get_sample(i) for i in task.sample_ids("train")] == [
+        drawn.get_sample(i) for i in drawn.sample_ids("train")]

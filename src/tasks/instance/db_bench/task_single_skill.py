@@ -127,10 +127,14 @@ class DBBenchSingleSkill(Task["DBBenchEpisode"]):
         reward_incorrect: float = -0.1,
         reward_timeout: float = -0.3,
         modification_correct_at_round_limit: Literal["correct", "timeout"] = "correct",
+        stratified_validation: bool = False,
     ) -> None:
         """`source` left out: LifelongAgentBench data when a data file, a skill_to_tasks
         file or a `single_skill_task_generator` (the seed's nested component) is given,
-        else procedural. `random_seed` is the seed's name for `seed` (default 0)."""
+        else procedural. `random_seed` is the seed's name for `seed` (default 0).
+        `stratified_validation`: validation sample i takes the i-th skill in turn (so 88
+        samples hold 4 of each of 22 skills) instead of a random one, for per-skill
+        figures with equal counts."""
         super().__init__(max_round=max_round)
         if seed is not None and random_seed is not None and seed != random_seed:
             raise ValueError(f"seed {seed} and random_seed {random_seed} differ: give one")
@@ -143,6 +147,7 @@ class DBBenchSingleSkill(Task["DBBenchEpisode"]):
         self.reward_incorrect = reward_incorrect
         self.reward_timeout = reward_timeout
         self.modification_correct_at_round_limit = modification_correct_at_round_limit
+        self.stratified_validation = stratified_validation
         self._generator: ProblemGenerator | None = None
         self._fixed: dict[str, Sample] = {}
         self.skills: tuple[str, ...] = ()
@@ -196,14 +201,16 @@ class DBBenchSingleSkill(Task["DBBenchEpisode"]):
             if sample_id not in self._fixed:
                 raise KeyError(f"no AgentBench row '{sample_id}'")
             return self._fixed[sample_id]
-        split, _ = parse_split_sample_id(sample_id)
+        split, index = parse_split_sample_id(sample_id)
         assert self._generator is not None  # every source but agentbench has one
         rng = random.Random(f"{self.seed}:{sample_id}")
         offered = set(self._generator.get_available_skills(split))
         choices = [skill for skill in self.skills if skill in offered]
         if not choices:
             raise KeyError(f"sample '{sample_id}': no {split} tasks for skills {list(self.skills)}")
-        skill = rng.choice(choices)
+        skill = rng.choice(choices)  # drawn either way: the problem's own draws stay the same
+        if split == "validation" and self.stratified_validation:
+            skill = choices[index % len(choices)]
         problem = self._generator.generate(skill, split, rng)
         return Sample(sample_id=sample_id, category=skill, data=problem.model_dump(mode="json"))
 
@@ -318,11 +325,16 @@ class DBBenchEpisode(EpisodeEnv[DBBenchSingleSkill]):
         return info
 
     def _oracle_reply(self) -> str:
+        """The expert: runs the reference SQL, then answers (a query with the values it
+        returned), as a demonstration should read; where the round limit leaves no room
+        for both, or a query has no reference SQL, a query is answered at once."""
         state = self._current()
+        room_for_two = self.round_index + 1 < self.family.max_round
+        if state.operations == 0 and state.reference_sql is not None and (
+                state.problem.kind is ProblemKind.MODIFICATION or room_for_two):
+            return f"Action: Operation\n```sql\n{state.reference_sql}\n```"
         if state.problem.kind is ProblemKind.QUERY:
             return f"Action: Answer\nFinal Answer: {format_final_answer(state.expected)}"
-        if state.operations == 0:
-            return f"Action: Operation\n```sql\n{state.reference_sql}\n```"
         return "Action: Answer\nFinal Answer: []"
 
     # ---- resources -----------------------------------------------------------------

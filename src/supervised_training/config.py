@@ -1,0 +1,146 @@
+"""The `supervised_training_config` file: checked strictly, errors name file, line and key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
+
+from src.agents.agent import Agent
+from src.configuration.assignment import ComponentConfig, StrictModel
+from src.configuration.yaml_source import YamlSource, declares_top_level_key, validate_keyed
+from src.experiment.assembly import ComponentPlan, plan_component
+from src.language_models.language_model import TrainableLanguageModel
+from src.records.episode import Outcome
+from src.tasks.task import Task
+from src.training.settings import OptimizerSettings
+
+SUPERVISED_TRAINING_KEY = "supervised_training_config"
+
+
+class OracleDemonstrations(StrictModel):
+    """The task's expert (its `oracle_reply`) rolled through train samples; only the
+    episodes it wins are kept."""
+
+    num_samples: PositiveInt | None = None  # the first N train samples; None: all
+
+
+class RunsJsonlDemonstrations(StrictModel):
+    """A finished run's episodes, filtered (rejection sampling: train on your successes).
+    `{LATEST}` in the path stands for the newest finished run folder."""
+
+    path: str
+    outcomes: list[Outcome] | None = Field(default_factory=lambda: [Outcome.CORRECT])
+    min_reward: float | None = None
+
+
+class ChatsJsonlDemonstrations(StrictModel):
+    """One chat a line: {"messages": [{"role": "system" | "user" | "assistant",
+    "content": ...}, ...]}; a leading system message replaces the agent's system prompt."""
+
+    path: str
+
+
+class DemonstrationsConfig(StrictModel):
+    oracle: OracleDemonstrations | None = None
+    runs_jsonl: RunsJsonlDemonstrations | None = None
+    chats_jsonl: ChatsJsonlDemonstrations | None = None
+    # after the sources are joined: the first N of a seeded shuffle (a small SFT budget)
+    max_demonstrations: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _some_source(self) -> DemonstrationsConfig:
+        if self.oracle is None and self.runs_jsonl is None and self.chats_jsonl is None:
+            raise ValueError("give at least one source: oracle, runs_jsonl or chats_jsonl")
+        return self
+
+
+def _default_optimizer() -> OptimizerSettings:
+    return OptimizerSettings(learning_rate=2e-4, lr_schedule="cosine", warmup_ratio=0.05,
+                             micro_batch_max_tokens=4096)
+
+
+class SupervisedSettings(StrictModel):
+    epochs: PositiveInt = 2
+    batch_size: PositiveInt = 8  # demonstrations per optimiser step
+    # mini-batches are cut from windows of this many batches sorted by length, so that
+    # rows of one micro-batch have similar lengths (less padding); 1 turns it off
+    length_bucket_batches: PositiveInt = 8
+    save_every_steps: PositiveInt = 10  # a commit point: checkpoint, metrics, run state
+    optimizer: OptimizerSettings = Field(default_factory=_default_optimizer)
+
+
+class SupervisedEvaluationConfig(StrictModel):
+    """The agent on the task's validation split: at the start, every `every_steps`
+    optimiser steps (at a commit point) and at the end."""
+
+    every_steps: PositiveInt | None = None
+    max_samples: PositiveInt | None = None
+    temperature: NonNegativeFloat = 0.0
+    batch_size: PositiveInt = 32  # episodes rolled out together
+
+
+class SupervisedTrainingConfig(StrictModel):
+    output_dir: str
+    random_seed: int = 42
+    language_model: ComponentConfig
+    # the task supplies oracle demonstrations (train split) and the evaluation
+    # (validation split); the agent is the LoRA agent whose rendering and system prompt
+    # the demonstrations are tokenised with, and that is evaluated
+    task: ComponentConfig
+    agent: ComponentConfig
+    demonstrations: DemonstrationsConfig
+    training: SupervisedSettings = Field(default_factory=SupervisedSettings)
+    evaluation: SupervisedEvaluationConfig | None = Field(
+        default_factory=SupervisedEvaluationConfig)
+
+
+class SupervisedExperimentConfig(StrictModel):
+    supervised_training_config: SupervisedTrainingConfig
+
+
+@dataclass(frozen=True)
+class SupervisedTrainingPlan:
+    """The config with its components resolved and their parameters checked."""
+
+    config: SupervisedExperimentConfig
+    source: YamlSource
+    language_model: ComponentPlan
+    task: ComponentPlan
+    agent: ComponentPlan
+
+    def describe(self) -> str:
+        supervised = self.config.supervised_training_config
+        demonstrations = supervised.demonstrations
+        sources = [name for name in ("oracle", "runs_jsonl", "chats_jsonl")
+                   if getattr(demonstrations, name) is not None]
+        training = supervised.training
+        lines = [f"supervised training: {self.source.path}", self.language_model.describe(),
+                 self.task.describe(), self.agent.describe(),
+                 f"demonstrations: {', '.join(sources)} "
+                 f"(at most {demonstrations.max_demonstrations or 'all'})",
+                 f"{training.epochs} epochs, {training.batch_size} per step, "
+                 f"lr {training.optimizer.learning_rate} {training.optimizer.lr_schedule}",
+                 f"output_dir: {supervised.output_dir}"]
+        return "\n".join(lines)
+
+
+def declares_supervised_training(path: Path) -> bool:
+    return declares_top_level_key(path, SUPERVISED_TRAINING_KEY)
+
+
+def load_supervised_config(source: YamlSource) -> SupervisedExperimentConfig:
+    return validate_keyed(source, SUPERVISED_TRAINING_KEY, SupervisedExperimentConfig)
+
+
+def plan_supervised_training(config: SupervisedExperimentConfig,
+                             source: YamlSource) -> SupervisedTrainingPlan:
+    supervised = config.supervised_training_config
+    root = (SUPERVISED_TRAINING_KEY,)
+    language_model = plan_component(supervised.language_model, (*root, "language_model"),
+                                    source, TrainableLanguageModel, {})
+    names = {supervised.language_model.name: language_model}
+    task = plan_component(supervised.task, (*root, "task"), source, Task, names)
+    agent = plan_component(supervised.agent, (*root, "agent"), source, Agent, names)
+    return SupervisedTrainingPlan(config, source, language_model, task, agent)

@@ -1,0 +1,159 @@
+"""Demonstrations for the supervised stage: from the task's expert, a finished run's
+episodes (filtered by outcome and reward), or a jsonl of OpenAI-style chats; kept in the
+run folder so that a resumed run trains on exactly the same ones."""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from src.agents.instance.oracle_agent import OracleAgent
+from src.experiment.rollout import roll_out_lockstep
+from src.experiment.run_directory import resolve_latest
+from src.records.chat import Role
+from src.records.episode import EpisodeRecord, Outcome
+from src.storage.files import atomic_write_text, read_validated_json_lines
+from src.supervised_training.config import (
+    ChatsJsonlDemonstrations,
+    DemonstrationsConfig,
+    OracleDemonstrations,
+    RunsJsonlDemonstrations,
+)
+from src.tasks.task import Task
+
+logger = logging.getLogger(__name__)
+SNAPSHOT_FILE = "demonstrations.jsonl"
+ORACLE_CHUNK = 32  # oracle episodes rolled out together (each may hold a database)
+Row = TypeVar("Row", bound=BaseModel)
+
+
+class DemonstrationError(ValueError):
+    """A demonstration source that cannot be read: names the file, the line and the key."""
+
+
+class Demonstration(BaseModel):
+    """A finished chat of user and agent turns; the loss falls on the agent's turns."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str  # where it came from: "oracle:<sample id>", "<file>:<line>"
+    category: str = "default"
+    system_prompt: str | None = None  # None: the agent's
+    chat: list[tuple[Literal["user", "agent"], str]]
+
+
+class ChatMessageRow(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # name, tool_call_id... do not matter here
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class ChatRow(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # other keys (ids, metadata) ride along
+
+    messages: list[ChatMessageRow]
+
+    @field_validator("messages")
+    @classmethod
+    def _shape(cls, messages: list[ChatMessageRow]) -> list[ChatMessageRow]:
+        turns = messages[1:] if messages and messages[0].role == "system" else messages
+        if not turns or turns[-1].role != "assistant":
+            raise ValueError("a chat must end with an assistant message")
+        for index, message in enumerate(turns):
+            expected = "user" if index % 2 == 0 else "assistant"
+            if message.role != expected:
+                raise ValueError(f"message {index + len(messages) - len(turns)} is "
+                                 f"'{message.role}', expected '{expected}' (turns alternate, "
+                                 f"user first, one optional system message at the start)")
+        return messages
+
+
+def from_oracle(source: OracleDemonstrations, task: Task[Any]) -> list[Demonstration]:
+    """The expert's winning episodes on the first train samples."""
+    ids = list(task.sample_ids("train"))[:source.num_samples]
+    kept: list[Demonstration] = []
+    agent = OracleAgent()
+    for start in range(0, len(ids), ORACLE_CHUNK):
+        pairs = [(task.get_sample(sample_id), 0) for sample_id in ids[start:start + ORACLE_CHUNK]]
+        episodes = roll_out_lockstep(pairs, task, agent, 0, list(range(len(pairs))))
+        kept += [Demonstration(source=f"oracle:{episode.sample.sample_id}",
+                               category=episode.sample.category,
+                               chat=[(message.role.value, message.content)
+                                     for message in episode.chat])
+                 for episode in episodes if episode.outcome is Outcome.CORRECT]
+    logger.info("oracle: %d of %d train samples won, kept as demonstrations", len(kept), len(ids))
+    return kept
+
+
+def from_runs_jsonl(source: RunsJsonlDemonstrations) -> list[Demonstration]:
+    """A run's episodes whose outcome and reward pass the filter (rejection sampling)."""
+    path = resolve_latest(source.path)
+    records = _rows(path, EpisodeRecord)
+    kept = [Demonstration(source=f"{path}:{line}", category=record.category,
+                          chat=[(message.role.value, message.content) for message in record.chat])
+            for line, record in records
+            if (source.outcomes is None or record.outcome in source.outcomes)
+            and (source.min_reward is None or record.reward >= source.min_reward)
+            and record.chat and record.chat[-1].role is Role.AGENT]
+    logger.info("%s: %d of %d episodes pass the filter", path, len(kept), len(records))
+    return kept
+
+
+def from_chats_jsonl(source: ChatsJsonlDemonstrations) -> list[Demonstration]:
+    path = Path(source.path)
+    rows = _rows(path, ChatRow)
+    roles = {"user": "user", "assistant": "agent"}
+    demonstrations = []
+    for line, row in rows:
+        messages = row.messages
+        system = messages[0].content if messages[0].role == "system" else None
+        demonstrations.append(Demonstration(
+            source=f"{path}:{line}", system_prompt=system,
+            chat=[(roles[message.role], message.content) for message in messages
+                  if message.role != "system"]))
+    return demonstrations
+
+
+def _rows(path: Path, model: type[Row]) -> list[tuple[int, Row]]:
+    try:
+        return read_validated_json_lines(path, model)
+    except ValueError as error:
+        raise DemonstrationError(str(error)) from error
+
+
+def read_demonstrations(config: DemonstrationsConfig, task: Task[Any],
+                        random_seed: int) -> list[Demonstration]:
+    """Every configured source, joined in the config's order, then at most
+    `max_demonstrations` of them by a seeded shuffle."""
+    demonstrations: list[Demonstration] = []
+    if config.oracle is not None:
+        demonstrations += from_oracle(config.oracle, task)
+    if config.runs_jsonl is not None:
+        demonstrations += from_runs_jsonl(config.runs_jsonl)
+    if config.chats_jsonl is not None:
+        demonstrations += from_chats_jsonl(config.chats_jsonl)
+    if config.max_demonstrations is not None and len(demonstrations) > config.max_demonstrations:
+        chosen = random.Random(random_seed).sample(range(len(demonstrations)),
+                                                   config.max_demonstrations)
+        demonstrations = [demonstrations[index] for index in sorted(chosen)]
+    if not demonstrations:
+        raise DemonstrationError("no demonstration to train on: the sources gave none")
+    return demonstrations
+
+
+def snapshot_demonstrations(folder: Path, config: DemonstrationsConfig, task: Task[Any],
+                            random_seed: int) -> list[Demonstration]:
+    """The demonstrations a run trains on, kept in folder/demonstrations.jsonl: a resumed
+    run reads them back, even if a source changed (or {LATEST} moved)."""
+    snapshot = folder / SNAPSHOT_FILE
+    if snapshot.is_file():
+        return [row for _, row in read_validated_json_lines(snapshot, Demonstration)]
+    demonstrations = read_demonstrations(config, task, random_seed)
+    atomic_write_text(snapshot, "".join(demonstration.model_dump_json() + "\n"
+                                        for demonstration in demonstrations))
+    return demonstrations

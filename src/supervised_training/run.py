@@ -1,0 +1,126 @@
+"""Run a `supervised_training_config` file (src/run_experiment.py dispatches here)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from src.experiment.assembly import instantiate
+from src.experiment.loop import evaluate_on_validation
+from src.experiment.run_directory import (
+    RunDirectory,
+    RunNotFound,
+    RunState,
+    keyed_config,
+    start_run,
+    storage_guard,
+)
+from src.language_models.chat_template import demonstration_ids, probe_turn_boundary
+from src.language_models.language_model import TrainableLanguageModel
+from src.report.run_end import end_of_run_report
+from src.supervised_training.config import (
+    SUPERVISED_TRAINING_KEY,
+    SupervisedTrainingPlan,
+    load_supervised_config,
+    plan_supervised_training,
+)
+from src.supervised_training.demonstrations import (
+    Demonstration,
+    DemonstrationError,
+    snapshot_demonstrations,
+)
+from src.supervised_training.trainer import SupervisedTrainer
+from src.tasks.task import Task
+from src.training.token_rows import TokenRows
+
+logger = logging.getLogger(__name__)
+
+
+def run_supervised_training(config_path: Path, output_dir: str | None = None,
+                            dry_run: bool = False, new_run: bool = False,
+                            show_progress: bool = True) -> int:
+    """Validate, then train (or resume); the exit status of the command."""
+    prepare = keyed_config(config_path, SUPERVISED_TRAINING_KEY, load_supervised_config,
+                           plan_supervised_training, output_dir)
+    started = start_run(prepare, config_path, dry_run, new_run, "step")
+    if isinstance(started, int):
+        return started
+    run, state, plan = started
+    assert isinstance(plan, SupervisedTrainingPlan)
+    with storage_guard(run.path):
+        try:
+            summary = train(plan, run, state, show_progress)
+        except (DemonstrationError, RunNotFound) as error:
+            print(f"data error: {error}", file=sys.stderr)
+            return 2
+        report = end_of_run_report(run.path)
+    print(json.dumps(summary, indent=2))
+    print(report)
+    return 0
+
+
+def train(plan: SupervisedTrainingPlan, run: RunDirectory, state: RunState,
+          show_progress: bool) -> dict:
+    """Build the language model, the task and the agent; read the demonstrations; train."""
+    supervised = plan.config.supervised_training_config
+    # LoRA A matrices are drawn at construction: seed so that two runs start alike.
+    torch.manual_seed(supervised.random_seed)
+    language_model = instantiate(plan.language_model, {})
+    models = {supervised.language_model.name: language_model}
+    task: Task[Any] = instantiate(plan.task, models)
+    try:
+        agent = instantiate(plan.agent, models)
+        demonstrations = snapshot_demonstrations(run.path, supervised.demonstrations, task,
+                                                 supervised.random_seed)
+        rows = demonstration_rows(demonstrations, language_model,
+                                  getattr(agent, "system_prompt", None))
+        evaluation = supervised.evaluation
+
+        def evaluate(step: int) -> dict[str, float]:
+            assert evaluation is not None
+            chunk = min(evaluation.batch_size, evaluation.max_samples or evaluation.batch_size)
+            return evaluate_on_validation(task, agent, evaluation.max_samples,
+                                          evaluation.temperature, chunk,
+                                          supervised.random_seed, step, run.path)
+
+        trainer = SupervisedTrainer(supervised, language_model, rows, run.path,
+                                    evaluate if evaluation is not None else None,
+                                    show_progress)
+        return trainer.train(run, state)
+    finally:
+        task.close()
+
+
+def demonstration_rows(demonstrations: list[Demonstration],
+                       language_model: TrainableLanguageModel,
+                       system_prompt: str | None) -> TokenRows:
+    """One row per demonstration that fits the model's context, tokenised as the agent
+    would have fed and sampled it."""
+    boundaries: dict[str | None, Any] = {}
+    sequences, masks, too_long = [], [], 0
+    limit = language_model.max_context_tokens
+    for demonstration in demonstrations:
+        prompt = demonstration.system_prompt or system_prompt
+        if prompt not in boundaries:
+            boundaries[prompt] = probe_turn_boundary(language_model, prompt)
+        try:
+            ids, mask = demonstration_ids(language_model, boundaries[prompt], prompt,
+                                          demonstration.chat)
+        except ValueError as error:
+            raise DemonstrationError(f"{demonstration.source}: {error}") from error
+        if len(ids) > limit:
+            too_long += 1
+            continue
+        sequences.append(ids)
+        masks.append(mask)
+    if too_long:
+        logger.warning("%d demonstrations longer than the model's %d tokens left out",
+                       too_long, limit)
+    if not sequences:
+        raise DemonstrationError("no demonstration fits the model's context")
+    return TokenRows.from_sequences(sequences, masks, pad_id=language_model.pad_id)

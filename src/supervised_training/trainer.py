@@ -1,0 +1,163 @@
+"""The supervised stage: token-level cross-entropy on the agent's tokens of demonstrations.
+
+Reads top to bottom as the algorithm. Each demonstration is tokenised as the LoRA agent
+would have fed and sampled it (src.language_models.chat_template.demonstration_ids), the
+loss mask on the agent's replies and their end-of-turn tokens. Each epoch, a seeded
+shuffle; windows of `length_bucket_batches` batches are sorted by length and cut into
+mini-batches of `batch_size` (similar lengths, less padding), whose order is shuffled
+again. One optimiser step per mini-batch through the training core's learner:
+L = sum over the mini-batch's masked tokens of -log p / their count (token mean), AdamW,
+warmup then cosine. A commit point every `save_every_steps` steps (and wherever an
+evaluation falls): metrics, the checkpoint, the run state; `best/` by held-out success.
+
+Files under output_dir/training_state/: checkpoint-NNNNNN/ (NNNNNN: optimiser steps) and
+best/, in the layout of every pipeline (src.training.checkpoints), the last 3 kept.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from src.experiment.metrics import MetricsLog
+from src.experiment.run_directory import RunDirectory, RunState
+from src.language_models.language_model import TrainableLanguageModel
+from src.storage.files import remove_stale_temporaries
+from src.supervised_training.config import SupervisedTrainingConfig
+from src.training.checkpoints import CheckpointStore, mark_best
+from src.training.learner import Learner, StepResult
+from src.training.objectives import CrossEntropyObjective
+from src.training.token_metrics import TokenMetrics
+from src.training.token_rows import TokenRows
+
+CHECKPOINTS_KEPT = 3
+BEST_METRIC = "eval/success_rate"
+
+
+def length_bucketed_batches(lengths: Sequence[int], batch_size: int, window_batches: int,
+                            seed: str) -> list[list[int]]:
+    """Row indices in mini-batches: a seeded shuffle, windows of `window_batches` batches
+    sorted by length and cut, then the mini-batches in a seeded order."""
+    order = list(range(len(lengths)))
+    random.Random(seed).shuffle(order)
+    window = batch_size * window_batches
+    batches = []
+    for start in range(0, len(order), window):
+        chunk = sorted(order[start:start + window], key=lambda row: lengths[row])
+        batches += [chunk[first:first + batch_size] for first in range(0, len(chunk), batch_size)]
+    random.Random(f"{seed}-order").shuffle(batches)
+    return batches
+
+
+class SupervisedTrainer:
+    def __init__(self, config: SupervisedTrainingConfig, language_model: TrainableLanguageModel,
+                 rows: TokenRows, output_dir: Path,
+                 evaluate: Callable[[int], dict[str, float]] | None = None,
+                 show_progress: bool = True) -> None:
+        self.config = config
+        self.model = language_model
+        self.rows = rows
+        self.store = CheckpointStore(output_dir / "training_state")
+        self.metrics = MetricsLog(output_dir)
+        self.evaluate = evaluate
+        self.show_progress = show_progress
+        training = config.training
+        lengths = rows.lengths
+        self.schedule = [(epoch, batch) for epoch in range(1, training.epochs + 1)
+                         for batch in length_bucketed_batches(
+                             lengths, training.batch_size, training.length_bucket_batches,
+                             f"{config.random_seed}-{epoch}")]
+        self.steps_per_epoch = len(self.schedule) // training.epochs
+        self.total_steps = len(self.schedule)
+        self.learner = Learner(language_model, training.optimizer)
+        self.learner.schedule(self.total_steps)  # warmup_ratio and lr_schedule as configured
+        self.objective = CrossEntropyObjective("token-mean")
+        self.best: dict[str, Any] | None = None
+
+    def train(self, run: RunDirectory, state: RunState) -> dict:
+        """Train the steps after the last committed one (`state.completed_batches` counts
+        optimiser steps here), committing as configured; return the run's summary."""
+        self.metrics.jsonl.truncate(state.metrics_bytes)  # drop rows after the commit point
+        remove_stale_temporaries(self.store.root)
+        done = state.completed_batches
+        self.store.prune(CHECKPOINTS_KEPT, done)
+        if done:
+            self.store.promote_best(done)  # in case the run was killed right after committing
+            extra = self.learner.restore(self.store.path(done))
+            self.best = extra["best"]
+        elif state.metrics_bytes == 0:
+            self._log(0, {"demonstrations": float(len(self.rows)),
+                          "demonstration_tokens": float(self.rows.batch.loss_mask.sum())}, True)
+            state = RunState(metrics_bytes=self.metrics.jsonl.size)
+            run.write_state(state)
+
+        steps: list[StepResult] = []
+        token_metrics = TokenMetrics()
+        started, tokens = time.perf_counter(), 0
+        progress = tqdm(total=self.total_steps, initial=done, unit="step",
+                        disable=not self.show_progress, dynamic_ncols=True)
+        try:
+            for step in range(done + 1, self.total_steps + 1):
+                _, batch = self.schedule[step - 1]
+                steps.append(self.learner.update(self.rows, batch, self.objective,
+                                                 token_metrics))
+                self.model.mark_updated()
+                tokens += int(self.rows.batch.loss_mask[batch].sum())
+                progress.update(1)
+                progress.set_postfix(loss=f"{steps[-1].loss:.3f}")
+                if not self._commit_point(step):
+                    continue
+                metrics = {"loss": statistics.fmean(result.loss for result in steps),
+                           "grad_norm": statistics.fmean(result.grad_norm for result in steps),
+                           "learning_rate": steps[-1].learning_rate,
+                           "epoch": step / self.steps_per_epoch,
+                           "agent_tokens_per_s": tokens / (time.perf_counter() - started)}
+                metrics |= {f"train/{key}": value for key, value in token_metrics.means().items()}
+                self._log(step, metrics, self._evaluation_due(step))
+                self._save_checkpoint(step)
+                state = RunState(completed_batches=step, metrics_bytes=self.metrics.jsonl.size)
+                run.write_state(state)
+                self.store.promote_best(step)
+                self.store.prune(CHECKPOINTS_KEPT, step)
+                steps, token_metrics = [], TokenMetrics()
+                started, tokens = time.perf_counter(), 0
+        finally:
+            progress.close()
+            self.metrics.close()
+        summary = {"steps": self.total_steps, "best": self.best,
+                   "final": self.metrics.jsonl.read()[-1]}
+        run.write_summary(summary)
+        run.write_state(state.model_copy(update={"finished": True}))
+        return summary
+
+    def _evaluation_due(self, step: int) -> bool:
+        every = self.config.evaluation.every_steps if self.config.evaluation else None
+        return step == self.total_steps or (every is not None and step % every == 0)
+
+    def _commit_point(self, step: int) -> bool:
+        return (step % self.config.training.save_every_steps == 0
+                or self._evaluation_due(step))
+
+    def _log(self, step: int, metrics: dict[str, float], evaluate: bool) -> None:
+        if evaluate and self.evaluate is not None:
+            # Sampling reseeds torch; training's dropout must not depend on evaluation.
+            with torch.random.fork_rng():
+                metrics = metrics | self.evaluate(step)
+            score = metrics.get(BEST_METRIC)
+            if step > 0 and score is not None and (
+                    self.best is None or score > self.best["value"]):
+                self.best = {"metric": BEST_METRIC, "step": step, "value": score}
+        self.metrics.log(step, metrics)
+
+    def _save_checkpoint(self, step: int) -> None:
+        with self.store.write(step) as folder:
+            self.learner.save(folder, {"step": step, "best": self.best})
+            if self.best is not None and self.best["step"] == step:
+                mark_best(folder, self.best)

@@ -14,12 +14,17 @@ from src.report.curves import load_metrics, write_report
 SUCCESS, EPISODES = "eval/success_rate", "eval/episodes"
 
 
-def describe_success(row: dict[str, float]) -> str:
-    trials = int(row[EPISODES])
-    successes = round(row[SUCCESS] * trials)
+def success_with_interval(successes: int, trials: int) -> str:
+    """`p% [low, high] (k/n)`: the 95% Wilson interval of a success rate."""
     interval = binomtest(successes, trials).proportion_ci(confidence_level=0.95, method="wilson")
     return (f"{100 * successes / trials:.1f}% [{100 * interval.low:.1f}, "
-            f"{100 * interval.high:.1f}] ({successes}/{trials}) at step {int(row['step'])}")
+            f"{100 * interval.high:.1f}] ({successes}/{trials})")
+
+
+def describe_success(row: dict[str, float]) -> str:
+    trials = int(row[EPISODES])
+    return (f"{success_with_interval(round(row[SUCCESS] * trials), trials)} "
+            f"at step {int(row['step'])}")
 
 
 def end_of_run_report(output_dir: Path) -> str:

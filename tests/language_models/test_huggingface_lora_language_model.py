@@ -164,3 +164,27 @@ def test_context_limit_ends_the_episode_with_a_status(model) -> None:
     agent.start_episode(episode)
     [reply] = agent.act([episode])
     assert reply.content is None and reply.status is EpisodeStatus.AGENT_CONTEXT_LIMIT
+
+
+def test_bf16_training_autocast_scores_near_fp32_and_trains_fp32_parameters(model) -> None:
+    ids = prompt(model, "What is 7 + 5? Answer with one number.") + model.tokenizer(
+        "12", add_special_tokens=False)["input_ids"]
+    batch = TokenBatch.from_sequences([ids], [[0] * (len(ids) - 2) + [1, 1]],
+                                      pad_id=model.pad_id)
+    exact = model.score(batch).logprobs
+    model.training_autocast = "bfloat16"
+    try:  # eval mode: LoRA dropout off, so only the products' precision differs
+        with torch.enable_grad():
+            scored = model.score(batch).logprobs
+            (-scored.sum()).backward()
+    finally:
+        model.training_autocast = "none"
+    parameters = model.trainable_parameters()
+    assert all(parameter.dtype == torch.float32 for parameter in parameters)
+    grads = [parameter.grad for parameter in parameters if parameter.grad is not None]
+    assert grads and all(grad.dtype == torch.float32 for grad in grads)
+    assert any(grad.abs().max() > 0 for grad in grads)
+    for parameter in parameters:
+        parameter.grad = None
+    difference = (scored.detach() - exact).abs().max().item()
+    assert 0 < difference < 0.1  # bf16 products: close, not equal

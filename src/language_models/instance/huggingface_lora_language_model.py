@@ -112,8 +112,15 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         gradient_checkpointing: bool = False,
         prefix_caching: bool = True,
         attn_implementation: str = "auto",
+        training_autocast: Literal["none", "bfloat16"] = "none",
     ) -> None:
+        """`training_autocast: bfloat16` runs `score` (the trainer's forward and backward)
+        under torch.autocast in bf16: matrix products on AMX units or tensor cores, while
+        the weights, the LoRA parameters and the optimizer state keep `dtype` (fp32 on a
+        CPU). Its log-probs then differ from an fp32 sampler's (about 1e-2): in RL, let
+        the trainer recompute the old log-probs (`mismatch: {old_logprobs: trainer}`)."""
         self.model_name_or_path = model_name_or_path
+        self.training_autocast = training_autocast
         self._role_dict = role_dict_with_defaults(role_dict)
         self.lora_settings = lora_config or LoRASettings()
         self.prefix_caching = prefix_caching
@@ -297,7 +304,9 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         target_mask = batch.loss_mask.to(self.device)[:, 1:] > 0
         base = self.model.get_base_model()
         adapter = nullcontext() if with_adapter else self.model.disable_adapter()
-        with adapter:
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16,
+                                  enabled=self.training_autocast == "bfloat16")
+        with adapter, autocast:
             hidden = base.get_decoder()(input_ids=input_ids,
                                         attention_mask=attention).last_hidden_state
         # hidden state t predicts token t + 1: score only positions the loss needs
@@ -307,7 +316,10 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         scale = 1.0 / (temperature if temperature > 0 else 1.0)
 
         def chunk_scores(h: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            log_probs = torch.log_softmax(head(h).float() * scale, dim=-1)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16,
+                                enabled=self.training_autocast == "bfloat16"):
+                logits = head(h)
+            log_probs = torch.log_softmax(logits.float() * scale, dim=-1)
             token_logprobs = log_probs.gather(-1, t[:, None]).squeeze(-1)
             entropy = -(log_probs.exp() * log_probs).sum(-1) if with_entropy else token_logprobs
             return token_logprobs, entropy

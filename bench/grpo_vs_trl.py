@@ -1,14 +1,17 @@
 """GRPO step throughput: this project's training path against TRL's GRPOTrainer, same work.
 
 Both sides train a LoRA adapter (r=8, alpha 16, dropout 0, on q_proj and v_proj) on the
-embedded SmolLM2-135M (fp32, CPU), loaded from the same converted Hugging Face folder,
+embedded SmolLM2-135M (CPU; ours in --dtype, TRL in fp32 or with its bf16 flag,
+--trl_bf16), loaded from the same converted Hugging Face folder,
 on the same prompts: the math task's procedural level-1 problems with the worked
 example, rendered with the chat template (the same prompt strings, checked to give the
 same token ids to both). A step is 8 prompts x 4 samples at temperature 1.0, at most 64
 new tokens, rewarded by the project's math accuracy reward (1 if math-verify says the
 boxed answer is right, else 0), GRPO advantages, PPO-clip loss with eps 0.2, no KL
 (beta 0), one AdamW update per batch at a constant learning rate, gradients clipped at
-norm 1.0.
+norm 1.0. With ours in bfloat16, the trainer's log-probs are the PPO ratio's "old" and
+token-level TIS (C = 2) corrects for the sampler, as a bf16 run does
+(mismatch: {old_logprobs: trainer, correction: tis}).
 
 - Ours: the code path a run takes: LoRARLAgent + roll_out_lockstep (the experiment
   loop's rollout, with the task's rewards) + RLTrainingCallback.on_batch_end.
@@ -30,6 +33,7 @@ python bench/grpo_vs_trl.py [--pairs 5] [--warmup 1] [--prompts 8] [--samples 4]
     [--max_new_tokens 64] [--learning_rate 1e-5] [--loss_type dapo|grpo]
     [--micro_batch_max_tokens 512 | 0 for one micro-batch]
     [--trl_attn_implementation sdpa|grouped_sdpa] [--torch_profile]
+    [--dtype float32|bfloat16] [--trl_bf16]
     [--out docs/results/bench/grpo_vs_trl.json]
 """
 
@@ -52,6 +56,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from roofline import (  # noqa: E402, I001
+    DecoderShape,
+    Peaks,
+    Work,
+    decode_work,
+    measure_peaks,
+    roofline_line,
+    training_work,
+)
 
 from src.agents.instance.lora_rl_agent import LoRARLAgent  # noqa: E402
 from src.callbacks.callback import BatchContext  # noqa: E402
@@ -62,6 +75,7 @@ from src.language_models.instance.huggingface_lora_language_model import (  # no
     HuggingfaceLoRALanguageModel,
     LoRASettings,
 )
+from src.language_models.shared_prefix import plan_packs  # noqa: E402
 from src.records.chat import Role  # noqa: E402
 from src.records.episode import Episode, Sample  # noqa: E402
 from src.storage.files import atomic_write_json  # noqa: E402
@@ -71,6 +85,7 @@ from src.training import learner as learner_module  # noqa: E402
 from src.training.settings import (  # noqa: E402
     AdvantageSettings,
     KLSettings,
+    MismatchSettings,
     OptimizerSettings,
     PPOSettings,
     RewardSettings,
@@ -124,8 +139,10 @@ class OurTrainer:
         self.task = task  # the family: each episode gets its own environment from it
         self.samples = samples
         self.model = HuggingfaceLoRALanguageModel(
-            model_name_or_path=DEFAULT_MODEL, dtype="float32", device="cpu",
+            model_name_or_path=DEFAULT_MODEL, dtype=arguments.dtype, device="cpu",
             lora_config=LoRASettings(**LORA))
+        self.shape = DecoderShape.of(self.model.model.get_base_model())
+        exact = self.model.dtype == torch.float32
         self.agent = LoRARLAgent(self.model, temperature=1.0, top_p=1.0,
                                  max_new_tokens=arguments.max_new_tokens)
         # The trainer scores at the temperature each trajectory records: the agent's 1.0.
@@ -142,6 +159,8 @@ class OurTrainer:
                 weight_decay=0.0, lr_schedule="constant", warmup_ratio=0.0,
                 max_grad_norm=1.0, gradient_accumulation_steps=1,
                 micro_batch_max_tokens=arguments.micro_batch_max_tokens or None),
+            mismatch=MismatchSettings() if exact else MismatchSettings(
+                old_logprobs="trainer", correction="tis", level="token", threshold=2.0),
             seed=arguments.seed)
         self.callback.on_run_start(arguments.warmup + arguments.pairs)
         # Timers around the calls the step makes (src/ is unchanged): the model's methods
@@ -182,7 +201,18 @@ class OurTrainer:
         # the rollout's remainder: templating, task steps and rewards, bookkeeping
         breakdown["rollout_other"] = (rolled_out - start) - breakdown["generation"]
         tokens = sum(episode.trajectory.completion_token_count for episode in episodes)
-        return {"seconds": total, "completion_tokens": tokens,
+        sequences = [list(episode.trajectory.token_ids) for episode in episodes]
+        packs = plan_packs(sequences) if self.model.packs_shared_prefixes else []
+        lengths = [len(sequence) for sequence in sequences]
+        fed = (sum(pack.length(lengths) for pack in packs) if packs else sum(lengths))
+        longest = max(episode.trajectory.completion_token_count for episode in episodes)
+        prompt = statistics.mean(len(s) - e.trajectory.completion_token_count
+                                 for s, e in zip(sequences, episodes, strict=True))
+        work = {"generation": decode_work(self.shape, tokens, longest, prompt + longest / 2,
+                                          tokens / longest, self.model.dtype),
+                "training": training_work(self.shape, fed, tokens, self.model.dtype)}
+        return {"seconds": total, "completion_tokens": tokens, "fed_tokens": fed,
+                "work": {key: vars(value) for key, value in work.items()},
                 "mean_length": tokens / len(episodes), "reward": metrics.get("reward"),
                 "frac_reward_zero_std": metrics.get("frac_reward_zero_std"),
                 "loss": metrics.get("loss"), "breakdown": breakdown}
@@ -199,6 +229,17 @@ class OurTrainer:
 
 
 # ---- TRL's side --------------------------------------------------------------------
+def roofline_lines(step: dict, dtype: torch.dtype, peaks: Peaks) -> list[str]:
+    """Our step's generation and training (forward + backward + loss) against the peaks."""
+    parts = step["breakdown"]
+    training_seconds = (parts["logprob_pass"] + parts["training_forward"]
+                        + parts["backward_and_loss"])
+    return [roofline_line("generation", Work(**step["work"]["generation"]),
+                          parts["generation"], dtype, peaks),
+            roofline_line(f"training ({step['fed_tokens']} tokens fed)",
+                          Work(**step["work"]["training"]), training_seconds, dtype, peaks)]
+
+
 def build_trl(arguments: argparse.Namespace, model_path: str, prompts: list[str],
               answers: list[str], callbacks: list, output_dir: str):
     from datasets import Dataset
@@ -228,7 +269,7 @@ def build_trl(arguments: argparse.Namespace, model_path: str, prompts: list[str]
         learning_rate=arguments.learning_rate, lr_scheduler_type="constant", warmup_steps=0,
         optim="adamw_torch", weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999,
         adam_epsilon=1e-8, max_grad_norm=1.0,
-        bf16=False, fp16=False,  # GRPOConfig turns bf16 on unless told: fp32 like ours
+        bf16=arguments.trl_bf16, fp16=False,  # GRPOConfig turns bf16 on unless told
         gradient_checkpointing=False,  # GRPOConfig's default is True; ours is off
         use_cpu=True, seed=arguments.seed, data_seed=arguments.seed,
         logging_strategy="steps", logging_steps=1, report_to="none", save_strategy="no",
@@ -298,6 +339,11 @@ def main() -> None:
                         choices=["sdpa", "eager", "grouped_sdpa"],
                         help="TRL's model: transformers' sdpa (what TRL users get) or the "
                              "project's grouped_sdpa kernel (ours on CPU)")
+    parser.add_argument("--dtype", default="float32",
+                        choices=["float32", "bfloat16", "bfloat16_where_native"],
+                        help="our model's weights (LoRA and optimizer state stay fp32)")
+    parser.add_argument("--trl_bf16", action="store_true",
+                        help="TRL's bf16 flag (mixed precision); default fp32")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--torch_profile", action="store_true",
                         help="afterwards, profile one more of our steps with torch.profiler")
@@ -321,6 +367,9 @@ def main() -> None:
                             num_train=count, reward_weights={"accuracy": 1.0})
     samples = [task.get_sample(sample_id) for sample_id in task.sample_ids("train")]
 
+    peaks = measure_peaks()
+    print(f"peaks: fp32 {peaks.fp32_flops / 1e9:.0f} GFLOP/s, bf16 {peaks.bf16_flops / 1e9:.0f} "
+          f"GFLOP/s, read {peaks.read_bytes_per_s / 1e9:.1f} GB/s", flush=True)
     seed_everything(arguments.seed)  # LoRA A matrices are drawn at construction
     ours = OurTrainer(arguments, task, samples)
     model_path = resolve_model_path(DEFAULT_MODEL)
@@ -348,7 +397,12 @@ def main() -> None:
         trainer._compute_loss = trl_watch.wrap(trainer._compute_loss, "training_forward")
 
         config = {
-            "model": f"{DEFAULT_MODEL} ({model_path}), float32, CPU",
+            "model": f"{DEFAULT_MODEL} ({model_path}), CPU",
+            "ours_dtype": str(ours.model.dtype),
+            "ours_old_logprobs": "sampler" if ours.model.dtype == torch.float32
+            else "trainer (from the update's forward), token TIS C=2",
+            "ours_shared_prefix_training": ours.model.packs_shared_prefixes,
+            "trl_bf16": arguments.trl_bf16,
             "cpu_threads": torch.get_num_threads(),
             "versions": {name: version(name) for name in
                          ("torch", "transformers", "peft", "trl", "accelerate", "datasets")},
@@ -376,7 +430,7 @@ def main() -> None:
             "trl_steps_per_generation": trl_config.steps_per_generation,
             "trl_generation_batch_size": trl_config.generation_batch_size,
             "trl_num_iterations": trl_config.num_iterations,
-            "gradient_checkpointing": False, "bf16": False,
+            "gradient_checkpointing": False,
             "warmup_steps_each": arguments.warmup, "pairs": arguments.pairs,
             "order": "TRL step, then our step, alternating", "seed": arguments.seed,
         }
@@ -449,6 +503,10 @@ def main() -> None:
     print("our step, median seconds and share of the median step:")
     for key, value in our_parts.items():
         print(f"  {key:>18}: {value:6.2f} s  {value / our_median:6.1%}")
+    middle = sorted(measured, key=lambda index: our_steps[index]["seconds"])[len(measured) // 2]
+    lines = roofline_lines(our_steps[middle], ours.model.dtype, peaks)
+    for line in lines:
+        print(line)
     print("TRL step (timed around _generate_single_turn and _compute_loss), median:")
     for key, value in trl_parts.items():
         print(f"  {key:>18}: {value:6.2f} s  {value / trl_median:6.1%}")
@@ -473,6 +531,7 @@ def main() -> None:
         "our_breakdown_share_of_median_step": {key: value / our_median
                                                for key, value in our_parts.items()},
         "trl_breakdown_median_seconds": trl_parts,
+        "peaks": vars(peaks), "our_median_step_roofline": lines,
     }
     if profile_table is not None:
         result["torch_profile_table"] = profile_table

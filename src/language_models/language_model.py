@@ -190,6 +190,12 @@ class TrainableLanguageModel(InferenceEngine):
     """A policy whose adapter is trained in process."""
 
     @property
+    def packs_shared_prefixes(self) -> bool:
+        """Whether `score` runs rows sharing a prefix as one packed sequence (see
+        src.language_models.shared_prefix): a micro-batch then costs its packed tokens."""
+        return False
+
+    @property
     @abstractmethod
     def device(self) -> torch.device:
         """Where the trained weights live (a pool keeps its engines off this GPU)."""

@@ -15,7 +15,7 @@ import torch
 from src.configuration.components import import_dotted
 from src.language_models.language_model import ScoredTokens, TrainableLanguageModel
 from src.training.checkpoints import load_training_state, save_training_state
-from src.training.micro_batches import split_by_token_budget
+from src.training.micro_batches import split_by_token_budget, split_packs_by_token_budget
 from src.training.objectives import MiniBatchTotals
 from src.training.optimisation import (
     LearningRateSchedule,
@@ -65,13 +65,19 @@ class Learner:
     # ---- micro-batches -------------------------------------------------------------
     def micro_batches(self, rows: TokenRows, indices: Sequence[int]) -> list[list[int]]:
         """`gradient_accumulation_steps` equal parts, each cut further so that its padded
-        size (rows x longest row) stays within `micro_batch_max_tokens`."""
+        size (rows x longest row, or for a model that packs shared prefixes, packs x
+        longest pack) stays within `micro_batch_max_tokens`."""
         count = max(1, min(self.settings.gradient_accumulation_steps, len(indices)))
         size = math.ceil(len(indices) / count)
         parts = [list(indices[start:start + size]) for start in range(0, len(indices), size)]
+        budget = self.settings.micro_batch_max_tokens
+        if self.model.packs_shared_prefixes:
+            sequences = rows.sequences()
+            return [micro for part in parts
+                    for micro in split_packs_by_token_budget(part, sequences, budget)]
         lengths = rows.lengths
-        return [micro for part in parts for micro in split_by_token_budget(
-            part, lengths, self.settings.micro_batch_max_tokens)]
+        return [micro for part in parts
+                for micro in split_by_token_budget(part, lengths, budget)]
 
     # ---- scoring without gradients -------------------------------------------------
     @torch.no_grad()

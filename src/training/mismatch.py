@@ -16,6 +16,8 @@ from typing import Literal
 
 import torch
 
+from src.training.token_metrics import TokenMetrics
+
 Correction = Literal["none", "tis", "mis"]
 Level = Literal["token", "sequence"]
 
@@ -48,21 +50,25 @@ class MismatchCorrection:
         return mask.clone(), torch.zeros_like(mask, dtype=torch.bool)
 
 
-def mismatch_metrics(trainer: torch.Tensor, sampler: torch.Tensor, mask: torch.Tensor,
-                     weights: torch.Tensor, corrected: torch.Tensor) -> dict[str, float]:
+def record_mismatch(metrics: TokenMetrics, trainer: torch.Tensor, sampler: torch.Tensor,
+                    mask: torch.Tensor, weights: torch.Tensor, corrected: torch.Tensor) -> None:
     """Token means over the mask: the KL between sampler and trainer (k1 = o - s, and the
-    k3 estimate), the mean token ratio rho, the share of tokens truncated or masked, and
-    the effective sample size (sum w)^2 / (n sum w^2) of the weights."""
-    tokens = mask.sum().clamp(min=1.0)
-    difference = (trainer - sampler) * mask
-    ratio = torch.exp(difference.clamp(-50.0, 50.0))
-    k3 = (torch.exp(-difference) + difference - 1.0) * mask
-    weight_sum = (weights * mask).sum()
-    weight_square_sum = (weights.square() * mask).sum().clamp(min=1e-12)
-    return {
-        "mismatch/kl": (difference.sum() / tokens).item(),
-        "mismatch/k3": (k3.sum() / tokens).item(),
-        "mismatch/is_ratio_mean": ((ratio * mask).sum() / tokens).item(),
-        "mismatch/corrected_frac": (corrected.float().sum() / tokens).item(),
-        "mismatch/ess": (weight_sum.square() / (tokens * weight_square_sum)).item(),
-    }
+    k3 estimate), the mean token ratio rho, |o - s|, the share of tokens truncated or
+    masked, and the weights' first two moments (for `effective_sample_size`)."""
+    difference = trainer - sampler
+    metrics.add("mismatch/kl", difference, mask)
+    metrics.add("mismatch/k3", torch.exp(-difference) + difference - 1.0, mask)
+    metrics.add("mismatch/is_ratio_mean", torch.exp(difference.clamp(-50.0, 50.0)), mask)
+    metrics.add("mismatch/corrected_frac", corrected.float(), mask)
+    metrics.add("mismatch/weight_mean", weights, mask)
+    metrics.add("mismatch/weight_square_mean", weights.square(), mask)
+    metrics.add("logprob_diff/sampler_trainer", difference.abs(), mask)
+
+
+def effective_sample_size(means: dict[str, float]) -> dict[str, float]:
+    """(sum w)^2 / (n sum w^2) over the tokens = mean(w)^2 / mean(w^2), from the means
+    `record_mismatch` accumulated (none if it recorded nothing)."""
+    if "mismatch/weight_mean" not in means:
+        return {}
+    return {"mismatch/ess": means["mismatch/weight_mean"] ** 2
+            / max(means["mismatch/weight_square_mean"], 1e-12)}

@@ -15,6 +15,7 @@ import torch
 from src.language_models.language_model import ScoredTokens
 from src.training.aggregation import LossAggregation, aggregate
 from src.training.kl import KLEstimator, kl_penalty
+from src.training.mismatch import MismatchCorrection, record_mismatch
 from src.training.policy_losses import PolicyLossFunction
 from src.training.token_metrics import TokenMetrics
 from src.training.token_rows import TokenRows
@@ -36,6 +37,10 @@ class PolicyObjective:
     w_t are the rows' importance weights (1 without a mismatch correction). KL is taken to
     `ref_logprobs` when the rows carry them (and only logged when beta is 0).
     `measure_drift` logs |trainer - sampler| before the first step of a batch.
+
+    `old_from_forward`: the batch takes one optimiser step, so the trainer's log-probs
+    before it are this very forward's (detached). They are the PPO ratio's "old" and the
+    correction's o_t against the sampler's s_t, with no separate scoring pass.
     """
 
     policy_loss: PolicyLossFunction
@@ -47,6 +52,7 @@ class PolicyObjective:
     measure_drift: bool = False
     with_entropy: bool = True
     dropout: bool = False  # the ratio is 1 on policy only if scoring matches sampling
+    old_from_forward: MismatchCorrection | None = None
 
     def __call__(self, part: TokenRows, scored: ScoredTokens, totals: MiniBatchTotals,
                  metrics: TokenMetrics) -> torch.Tensor:
@@ -55,10 +61,17 @@ class PolicyObjective:
         device = logp.device  # the rows are built on the CPU; the model may score on a GPU
         mask = part.batch.loss_mask.to(device)
         old = part.old_logprobs.to(device)
+        token_weights = part.token_weights
+        if self.old_from_forward is not None:
+            assert part.sampler_logprobs is not None
+            old, sampler = logp.detach(), part.sampler_logprobs.to(device)
+            weights, corrected = self.old_from_forward.weights(old, sampler, mask)
+            record_mismatch(metrics, old, sampler, mask, weights, corrected)
+            token_weights = weights if self.old_from_forward.kind != "none" else None
         result = self.policy_loss(logp, old, part.advantages[:, None].to(device), mask)
         per_token = result.per_token
-        if part.token_weights is not None:
-            per_token = per_token * part.token_weights.to(device)
+        if token_weights is not None:
+            per_token = per_token * token_weights.to(device)
         reduce = partial(aggregate, mask=mask, mode=self.aggregation,
                          norm_length=self.norm_length or totals.longest_completion,
                          num_sequences=totals.num_sequences, num_tokens=totals.num_tokens)

@@ -40,6 +40,11 @@ class TokenRows:
     def lengths(self) -> list[int]:
         return self.batch.attention_mask.sum(-1).tolist()
 
+    def sequences(self) -> list[list[int]]:
+        """Each row's tokens, without padding."""
+        return [ids[:length].tolist() for ids, length
+                in zip(self.batch.input_ids, self.lengths, strict=True)]
+
     def aligned(self, per_row: Sequence[torch.Tensor]) -> torch.Tensor:
         """[rows, length] from one 1-D tensor per row of values at its masked positions."""
         full = torch.zeros_like(self.batch.loss_mask)

@@ -27,7 +27,7 @@ from src.training.checkpoints import mark_best
 from src.training.kl import kl_penalty
 from src.training.kl_control import KLController
 from src.training.learner import Learner
-from src.training.mismatch import MismatchCorrection, mismatch_metrics
+from src.training.mismatch import MismatchCorrection, effective_sample_size, record_mismatch
 from src.training.objectives import PolicyObjective
 from src.training.policy_losses import POLICY_LOSSES, ClipRange
 from src.training.reference_policy import ReferencePolicy
@@ -162,18 +162,22 @@ class RLTrainingCallback(Callback):
         group_ids = torch.tensor([group_index[(e.sample.sample_id, e.batch_index)]
                                   for e in episodes])
 
-        if self.mismatch.old_logprobs == "trainer":
+        token_metrics = TokenMetrics()
+        # With one optimiser step per batch, the trainer's log-probs before it come free
+        # from the update's own forward; otherwise (and for a KL in the reward, which
+        # needs them first) a scoring pass computes them.
+        old_from_forward = (self.mismatch.old_logprobs == "trainer"
+                            and self._one_step_per_batch(len(episodes))
+                            and not self.kl_settings.in_reward)
+        if self.mismatch.old_logprobs == "trainer" and not old_from_forward:
             rows.old_logprobs = self.learner.score(rows, temperature=temperature)
             assert rows.sampler_logprobs is not None
             weights, corrected = self.correction.weights(
                 rows.old_logprobs, rows.sampler_logprobs, rows.batch.loss_mask)
             if self.mismatch.correction != "none":
                 rows.token_weights = weights
-            metrics.update(mismatch_metrics(rows.old_logprobs, rows.sampler_logprobs,
-                                            rows.batch.loss_mask, weights, corrected))
-            metrics["logprob_diff/sampler_trainer"] = (
-                ((rows.old_logprobs - rows.sampler_logprobs).abs() * rows.batch.loss_mask).sum()
-                / rows.batch.loss_mask.sum().clamp(min=1.0)).item()
+            record_mismatch(token_metrics, rows.old_logprobs, rows.sampler_logprobs,
+                            rows.batch.loss_mask, weights, corrected)
 
         returns = task_returns
         if self.kl.beta > 0 or self.kl_settings.in_reward:
@@ -207,7 +211,11 @@ class RLTrainingCallback(Callback):
         if self.kl_settings.in_reward:
             metrics["reward/with_kl_penalty"] = returns.mean().item()
         if keep.any():
-            metrics.update(self._optimise(rows, keep, temperature, trajectories))
+            metrics.update(self._optimise(rows, keep, temperature, trajectories,
+                                          token_metrics, old_from_forward))
+        else:
+            metrics.update(token_metrics.means())
+        metrics.update(effective_sample_size(metrics))
         self.model.mark_updated()
         metrics["policy_version"] = float(self.model.policy_version)
         self._last_metrics = metrics
@@ -267,8 +275,13 @@ class RLTrainingCallback(Callback):
         budgets = [t.generation_budget for t in trajectories]
         return None if None in budgets else max(budgets)  # type: ignore[type-var]
 
+    def _one_step_per_batch(self, episodes: int) -> bool:
+        return self.ppo.epochs == 1 and (self.ppo.mini_batch_size is None
+                                         or self.ppo.mini_batch_size >= episodes)
+
     def _optimise(self, rows: TokenRows, keep: torch.Tensor, temperature: float,
-                  trajectories: list[Trajectory]) -> dict[str, float]:
+                  trajectories: list[Trajectory], token_metrics: TokenMetrics,
+                  old_from_forward: bool) -> dict[str, float]:
         indices = keep.nonzero().squeeze(-1).tolist()
         mini_size = self.ppo.mini_batch_size or len(indices)
         shuffle = random.Random(f"{self.seed}-{self.learner.step}")
@@ -276,8 +289,8 @@ class RLTrainingCallback(Callback):
             self.policy_loss, self.ppo.aggregation, self._norm_length(trajectories),
             kl_coef=0.0 if self.kl_settings.in_reward else self.kl.beta,
             kl_estimator=self.kl_settings.estimator, entropy_coeff=self.ppo.entropy_coeff,
-            measure_drift=self.mismatch.old_logprobs == "sampler")
-        token_metrics = TokenMetrics()
+            measure_drift=self.mismatch.old_logprobs == "sampler",
+            old_from_forward=self.correction if old_from_forward else None)
         losses, norms = [], []
         for _ in range(self.ppo.epochs):
             order = list(indices)

@@ -1,0 +1,110 @@
+"""Sampling with the adapter merged into a copy of the weights, in fp32 and bf16."""
+
+from __future__ import annotations
+
+import torch
+
+from src.language_models.language_model import SamplingParams, TokenBatch
+
+
+def make(path, **parameters):
+    from src.language_models.instance.huggingface_lora_language_model import (
+        HuggingfaceLoRALanguageModel,
+        LoRASettings,
+    )
+
+    torch.manual_seed(5)
+    model = HuggingfaceLoRALanguageModel(str(path), device="cpu",
+                                         lora_config=LoRASettings(r=4, lora_alpha=8),
+                                         **parameters)
+    with torch.no_grad():  # a trained-looking adapter
+        for name, parameter in model.model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0.0, 0.05)
+    return model
+
+
+def sampled_logprobs_against_trainer(model, prompts, seed=0):
+    params = SamplingParams(n=1, temperature=1.0, max_new_tokens=10)
+    generations = model.generate(prompts, params, seed=seed)
+    sequences, masks, recorded = [], [], []
+    for prompt, [generation] in zip(prompts, generations, strict=True):
+        sequences.append(prompt + generation.token_ids)
+        masks.append([0] * len(prompt) + [1] * len(generation.token_ids))
+        recorded.append(generation.logprobs)
+    scored = model.score(TokenBatch.from_sequences(sequences, masks, model.pad_id)).logprobs
+    differences = [abs(scored[row, len(prompts[row]) + t].item() - value)
+                   for row, values in enumerate(recorded) for t, value in enumerate(values)]
+    return generations, max(differences)
+
+
+def prompts_of(model):
+    encode = model.tokenizer.encode
+    first, second = encode("The colour of the sky is"), encode("Two plus two makes")
+    return [first, first, first, second]
+
+
+def test_merged_sampling_records_the_trainers_logprobs_and_follows_updates(
+        tiny_model_path) -> None:
+    merged, unmerged = make(tiny_model_path, dtype="float32"), make(
+        tiny_model_path, dtype="float32", merged_sampling=False)
+    prompts = prompts_of(merged)
+    for _ in range(2):
+        ours, difference = sampled_logprobs_against_trainer(merged, prompts)
+        theirs, _ = sampled_logprobs_against_trainer(unmerged, prompts)
+        assert difference < 1e-5
+        assert [g[0].token_ids for g in ours] == [g[0].token_ids for g in theirs]
+        # an optimiser-like in-place update: the next call must sample from it
+        with torch.no_grad():
+            for model in (merged, unmerged):
+                for name, parameter in model.model.named_parameters():
+                    if "lora_A" in name:
+                        parameter.mul_(3.0)
+    # every tensor but the LoRA layers' weights is the training model's own
+    base = merged.model.get_base_model()
+    sampler = merged._merged.model
+    assert (sampler.get_input_embeddings().weight.data_ptr()
+            == base.get_input_embeddings().weight.data_ptr())
+    assert (sampler.model.layers[0].self_attn.q_proj.weight.data_ptr()
+            != base.model.layers[0].self_attn.q_proj.base_layer.weight.data_ptr())
+
+
+def test_a_groups_identical_prompts_are_prefilled_once(tiny_model_path) -> None:
+    model = make(tiny_model_path, dtype="float32")
+    prompts = prompts_of(model)
+    decoder = model._sampling_model().get_decoder()
+    batch_sizes = []
+    original = decoder.forward
+
+    def counting(*args, **kwargs):
+        batch_sizes.append(kwargs["input_ids"].shape[0])
+        return original(*args, **kwargs)
+
+    decoder.forward = counting
+    model.prefix_caching = False
+    generations, difference = sampled_logprobs_against_trainer(model, prompts)
+    assert batch_sizes[0] == 2  # two distinct prompts among four rows
+    assert difference < 1e-5
+    assert len({tuple(g[0].token_ids) for g in generations[:3]}) > 1  # rows still differ
+
+
+def test_bfloat16_weights_with_float32_adapter_and_optimizer_state(tiny_model_path) -> None:
+    model = make(tiny_model_path, dtype="bfloat16")
+    base = model.model.get_base_model()
+    assert base.model.layers[0].mlp.up_proj.base_layer.weight.dtype == torch.bfloat16
+    assert model._merged.model.model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16
+    parameters = model.trainable_parameters()
+    assert parameters and all(p.dtype == torch.float32 for p in parameters)
+    prompts = prompts_of(model)
+    _, difference = sampled_logprobs_against_trainer(model, prompts)
+    assert difference < 0.1  # bf16 rounding: the sampler and trainer differ a little
+    optimizer = torch.optim.AdamW(parameters, lr=1e-3)
+    model.train_mode()
+    batch = TokenBatch.from_sequences([prompts[0] + prompts[3]],
+                                      [[0] * len(prompts[0]) + [1] * len(prompts[3])],
+                                      model.pad_id)
+    (-model.score(batch).logprobs.sum()).backward()
+    optimizer.step()
+    state = optimizer.state[parameters[0]]
+    assert state["exp_avg"].dtype == torch.float32
+    assert all(p.grad.dtype == torch.float32 for p in parameters)

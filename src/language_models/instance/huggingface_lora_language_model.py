@@ -3,8 +3,8 @@
 Sampling is a plain decode loop over the KV cache rather than `generate`, so that each
 sampled token's log-prob comes from exactly the distribution it was drawn from, and so
 that finished rows leave the batch (multi-turn batches finish unevenly). It decodes with
-the adapter merged into a copy of the weights (src.language_models.merged_sampler) and
-prefills a group's identical prompts once. Training scores the rows of a group as one
+a copy of the model whose LoRA layers each run one fused product
+(src.language_models.fused_lora_sampler) and prefills a group's identical prompts once. Training scores the rows of a group as one
 packed sequence with their shared prompt laid out once (src.language_models.shared_prefix).
 """
 
@@ -23,6 +23,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from src.language_models.embedded_model import DEFAULT_MODEL, resolve_model_path
+from src.language_models.fused_lora_sampler import FusedLoRASampler
 from src.language_models.grouped_attention import GROUPED_SDPA
 from src.language_models.kv_cache import growing_cache
 from src.language_models.language_model import (
@@ -34,7 +35,6 @@ from src.language_models.language_model import (
     TrainableLanguageModel,
     role_dict_with_defaults,
 )
-from src.language_models.merged_sampler import MergedSampler
 from src.language_models.prefix_cache import CachedPrefix, PrefixCache
 from src.language_models.shared_prefix import PackedBatch, pack_rows, plan_packs
 
@@ -148,7 +148,7 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         prefix_caching: bool = True,
         attn_implementation: str = "auto",
         training_autocast: Literal["none", "bfloat16"] = "none",
-        merged_sampling: bool = True,
+        fused_sampling: bool = True,
         shared_prefix_training: bool = True,
     ) -> None:
         """`dtype` is the base weights' dtype, in which sampling and the trainer's forward
@@ -160,10 +160,10 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         recompute the old log-probs (`mismatch: {old_logprobs: trainer}`).
 
         `training_autocast: bfloat16` keeps fp32 weights and runs only `score` under
-        torch.autocast in bf16. `merged_sampling` decodes with the adapter merged into a
-        copy of the LoRA layers' weights; `shared_prefix_training` scores rows that share
-        a prefix (a group's prompt) as one packed sequence; neither changes the results
-        beyond rounding."""
+        torch.autocast in bf16. `fused_sampling` decodes from a copy of the model whose
+        LoRA layers run base weight and adapter in one product each;
+        `shared_prefix_training` scores rows that share a prefix (a group's prompt) as one
+        packed sequence; neither changes the results beyond rounding."""
         self.model_name_or_path = model_name_or_path
         self.training_autocast = training_autocast
         self._role_dict = role_dict_with_defaults(role_dict)
@@ -191,7 +191,7 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         self._max_context = max_context_tokens or int(
             getattr(base.config, "max_position_embeddings", 4096))
         self.shared_prefix_training = shared_prefix_training
-        self._merged = MergedSampler(self.model) if merged_sampling else None
+        self._fused = FusedLoRASampler.of(self.model) if fused_sampling else None
         self.eval_mode()
 
     @classmethod
@@ -254,12 +254,12 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
                 for start in range(0, len(generations), params.n)]
 
     def _sampling_model(self) -> torch.nn.Module:
-        """The model that decodes: the merged copy, refreshed if the adapter changed."""
-        if self._merged is None:
+        """The model that decodes: the fused copy, refreshed if the adapter changed."""
+        if self._fused is None:
             return self.model
-        if self._merged.refresh():
+        if self._fused.refresh():
             self._prefix_cache.clear()  # cached keys and values are of the old weights
-        return self._merged.model
+        return self._fused.model
 
     def _sample(self, rows: list[list[int]], params: SamplingParams) -> list[Generation]:
         model = self._sampling_model()

@@ -2,6 +2,7 @@
 
 python bench/grpo_step_memory.py [--prompts 4] [--samples 4] [--new_tokens 128]
     [--micro_batch_max_tokens 512 | 0 for one micro-batch] [--gradient_checkpointing]
+    [--dtype float32|bfloat16|bfloat16_where_native]
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from src.language_models.instance.huggingface_lora_language_model import (  # no
 from src.records.chat import Role  # noqa: E402
 from src.records.episode import Episode  # noqa: E402
 from src.tasks.instance.math_problems.task import MathProblemsTask  # noqa: E402
-from src.training.settings import KLSettings, OptimizerSettings  # noqa: E402
+from src.training.settings import KLSettings, MismatchSettings, OptimizerSettings  # noqa: E402
 
 
 def peak_rss_gib() -> float:
@@ -39,16 +40,22 @@ def main() -> None:
     parser.add_argument("--new_tokens", type=int, default=128)
     parser.add_argument("--micro_batch_max_tokens", type=int, default=512)
     parser.add_argument("--gradient_checkpointing", action="store_true")
+    parser.add_argument("--dtype", default="float32",
+                        choices=["float32", "bfloat16", "bfloat16_where_native"])
     arguments = parser.parse_args()
     torch.manual_seed(0)
-    model = HuggingfaceLoRALanguageModel(gradient_checkpointing=arguments.gradient_checkpointing)
+    model = HuggingfaceLoRALanguageModel(gradient_checkpointing=arguments.gradient_checkpointing,
+                                         dtype=arguments.dtype)
+    exact = model.dtype == torch.float32
     agent = LoRARLAgent(model, max_new_tokens=arguments.new_tokens)
     # the callback's other settings at their defaults; it scores at the temperature the
     # agent recorded in each trajectory (the agent's default, 1.0)
     callback = RLTrainingCallback(
         model, algorithm="grpo", kl=KLSettings(coef=0.01),
         optimizer=OptimizerSettings(
-            learning_rate=1e-5, micro_batch_max_tokens=arguments.micro_batch_max_tokens or None))
+            learning_rate=1e-5, micro_batch_max_tokens=arguments.micro_batch_max_tokens or None),
+        mismatch=MismatchSettings() if exact else MismatchSettings(
+            old_logprobs="trainer", correction="tis"))
     callback.on_run_start(1)
     print(f"after loading: peak RSS {peak_rss_gib():.2f} GiB")
     task = MathProblemsTask(levels=[4], worked_example=False,
@@ -73,7 +80,8 @@ def main() -> None:
     update = time.perf_counter() - start
     lengths = [episode.trajectory.completion_token_count for episode in episodes]
     print(f"config: {arguments.prompts} prompts x {arguments.samples} samples x "
-          f"{arguments.new_tokens} new tokens max, fp32 CPU, LoRA r=16 all-linear, KL k3 on, "
+          f"{arguments.new_tokens} new tokens max, {model.dtype} CPU, LoRA r=16 all-linear, "
+          f"KL k3 on, shared-prefix training {model.packs_shared_prefixes}, "
           f"micro_batch_max_tokens={arguments.micro_batch_max_tokens or None}, "
           f"gradient_checkpointing={arguments.gradient_checkpointing}")
     print(f"completion tokens: mean {sum(lengths) / len(lengths):.1f}, max {max(lengths)}")

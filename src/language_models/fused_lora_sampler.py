@@ -8,9 +8,10 @@ times larger: measured on a trained quickstart adapter, sampled tokens' log-prob
 differed from the trainer's by 0.019 on average (up to 1.03), against 0.007 (up to 0.35)
 unmerged. Here each LoRA layer holds [W; A] stacked, so one product gives the base output
 and the adapter's down-projection x A^T; a rank-r product with s B adds the adapter's
-part, at the precision of the trainer's own path. A and s B are copied in whenever the
-adapter's parameters changed; every other tensor (embeddings, norms, the tied head) is
-the training model's own, not a copy.
+part, at the precision of the trainer's own path (0.005 on the same adapter). [W; A] and
+s B are rebuilt whenever the adapter's parameters changed, [W; A] and the output head in
+oneDNN's packed layout where torch has it; every other tensor (embeddings, norms) is the
+training model's own, not a copy.
 """
 
 from __future__ import annotations
@@ -22,28 +23,68 @@ from peft import PeftModel
 from peft.tuners.lora import LoraLayer
 
 
+PACKED_FOR_ROWS = 32  # the batch size oneDNN's weight layout is chosen for (any works)
+
+
+def _packed(weight: torch.Tensor) -> torch.Tensor | None:
+    """`weight` in oneDNN's blocked layout for CPU matrix products, or None where this torch
+    build or device has no such op. Products with it equal F.linear's bit for bit here and
+    take 10-25% less time at decode shapes, 28% less for the head (measured)."""
+    if weight.device.type != "cpu":
+        return None
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight(weight, PACKED_FOR_ROWS)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None
+            ) -> torch.Tensor:
+    if packed is None:
+        return torch.nn.functional.linear(x, weight)
+    return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+
+
 class FusedLoRALinear(torch.nn.Module):
     """y = x W^T + (x A^T)(s B)^T + bias, with W and A one stacked matrix."""
 
     def __init__(self, base: torch.nn.Linear, rank: int) -> None:
         super().__init__()
         self.out_features = base.out_features
-        weight = base.weight
-        stacked = weight.new_zeros((base.out_features + rank, base.in_features))
-        stacked[: base.out_features] = weight.detach()
-        self.stacked = torch.nn.Parameter(stacked, requires_grad=False)
-        self.up = torch.nn.Parameter(weight.new_zeros((base.out_features, rank)),
-                                     requires_grad=False)
+        self._base_weight = base.weight  # the training model's own, read at each refresh
+        self.stacked = base.weight.new_zeros((base.out_features + rank, base.in_features))
+        self.packed: torch.Tensor | None = None
+        self.up = base.weight.new_zeros((base.out_features, rank))
         self.bias = base.bias
 
+    def load(self, down: torch.Tensor, up: torch.Tensor) -> None:
+        """Set A and s B (and W, unchanged but read again: no stale copy survives)."""
+        self.stacked = torch.cat([self._base_weight.detach(), down.to(self.stacked.dtype)])
+        self.packed = _packed(self.stacked)
+        if self.packed is not None:
+            self.stacked = self.stacked[:0]  # the packed copy is the one used
+        self.up = up.to(self.up.dtype)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        both = torch.nn.functional.linear(x.reshape(-1, x.shape[-1]), self.stacked)
+        both = _linear(x.reshape(-1, x.shape[-1]), self.stacked, self.packed)
         # base part + (x A^T)(s B)^T as one addmm: no separate product and sum
         output = torch.addmm(both[:, : self.out_features], both[:, self.out_features:],
                              self.up.t())
         if self.bias is not None:
             output += self.bias
         return output.view(*x.shape[:-1], self.out_features)
+
+
+class PackedLinear(torch.nn.Module):
+    """A bias-free linear layer (the output head) through the packed weight."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.weight = weight
+        self.packed = _packed(weight.detach())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _linear(x, self.weight, self.packed)
 
 
 def _lora_layers(model: PeftModel, adapter: str) -> dict[str, LoraLayer] | None:
@@ -74,6 +115,9 @@ class FusedLoRASampler:
         for name, layer in layers.items():
             rank = layer.r[adapter_name]
             self.model.set_submodule(name, FusedLoRALinear(layer.get_base_layer(), rank))
+        head = self.model.get_output_embeddings()
+        if type(head) is torch.nn.Linear and head.bias is None:  # the head is never adapted
+            self.model.set_output_embeddings(PackedLinear(head.weight))
         self.model.eval()
         self._copied_state: tuple[int, ...] | None = None
 
@@ -99,9 +143,7 @@ class FusedLoRASampler:
             for name, layer in self._layers.items():
                 fused = self.model.get_submodule(name)
                 assert isinstance(fused, FusedLoRALinear)
-                down = layer.lora_A[self._adapter].weight
-                up = layer.lora_B[self._adapter].weight * layer.scaling[self._adapter]
-                fused.stacked[fused.out_features:] = down.to(fused.stacked.dtype)
-                fused.up.copy_(up.to(fused.up.dtype))
+                fused.load(layer.lora_A[self._adapter].weight,
+                           layer.lora_B[self._adapter].weight * layer.scaling[self._adapter])
         self._copied_state = state
         return True

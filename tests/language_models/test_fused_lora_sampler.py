@@ -65,8 +65,8 @@ def test_fused_sampling_records_the_trainers_logprobs_and_follows_updates(
     sampler = merged._fused.model
     assert (sampler.get_input_embeddings().weight.data_ptr()
             == base.get_input_embeddings().weight.data_ptr())
-    assert (sampler.model.layers[0].self_attn.q_proj.stacked.data_ptr()
-            != base.model.layers[0].self_attn.q_proj.base_layer.weight.data_ptr())
+    fused = sampler.model.layers[0].self_attn.q_proj
+    assert fused._base_weight is base.model.layers[0].self_attn.q_proj.base_layer.weight
 
 
 def test_a_groups_identical_prompts_are_prefilled_once(tiny_model_path) -> None:
@@ -92,7 +92,7 @@ def test_bfloat16_weights_with_float32_adapter_and_optimizer_state(tiny_model_pa
     model = make(tiny_model_path, dtype="bfloat16")
     base = model.model.get_base_model()
     assert base.model.layers[0].mlp.up_proj.base_layer.weight.dtype == torch.bfloat16
-    assert model._fused.model.model.layers[0].mlp.up_proj.stacked.dtype == torch.bfloat16
+    assert model._fused.model.model.layers[0].mlp.up_proj.up.dtype == torch.bfloat16
     parameters = model.trainable_parameters()
     assert parameters and all(p.dtype == torch.float32 for p in parameters)
     prompts = prompts_of(model)

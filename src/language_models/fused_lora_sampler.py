@@ -22,7 +22,6 @@ import torch
 from peft import PeftModel
 from peft.tuners.lora import LoraLayer
 
-
 PACKED_FOR_ROWS = 32  # the batch size oneDNN's weight layout is chosen for (any works)
 
 

@@ -9,6 +9,7 @@ MLflow keep both values, W&B ignores a step it has seen.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Protocol
@@ -40,10 +41,14 @@ class TensorBoardTracker:
         self._writer.close()
 
 
+SERVICE_VARIABLE = "WANDB_SERVICE"
+
+
 class WandbTracker:
     def __init__(self, settings: WandbConfig, output_dir: Path, run_id: str | None) -> None:
         import wandb
 
+        self._service_was_set = SERVICE_VARIABLE in os.environ
         self._run = wandb.init(project=settings.project, entity=settings.entity,
                                mode=settings.mode, dir=str(output_dir), id=run_id,
                                name=output_dir.name, resume="allow")
@@ -53,7 +58,15 @@ class WandbTracker:
         self._run.log(metrics, step=step)
 
     def close(self) -> None:
+        import wandb
+
         self._run.finish()
+        # wandb leaves its service's address in this process's environment; a process
+        # started later inherits it and, once the service is gone, a vLLM engine
+        # started so aborts ("terminate called without an active exception").
+        wandb.teardown()
+        if not self._service_was_set:
+            os.environ.pop(SERVICE_VARIABLE, None)
 
 
 class MlflowTracker:

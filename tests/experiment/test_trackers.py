@@ -79,3 +79,20 @@ def test_tensorboard_can_be_switched_off(tmp_path: Path) -> None:
                  "--no_progress"]) == 0
     assert not (tmp_path / "run" / "tensorboard").exists()
     assert (tmp_path / "run" / "metrics.jsonl").is_file()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb not installed")
+def test_a_closed_wandb_tracker_leaves_no_service_address_behind(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    # A process started after the run (a vLLM engine) inherits the environment; with a
+    # dead service's address in it, the engine aborted at start-up.
+    from src.configuration.assignment import WandbConfig
+    from src.experiment.trackers import SERVICE_VARIABLE, WandbTracker
+
+    monkeypatch.delenv(SERVICE_VARIABLE, raising=False)
+    tracker = WandbTracker(WandbConfig(), tmp_path, None)
+    tracker.log(1, {"reward": 0.5})
+    tracker.close()
+    import os
+
+    assert SERVICE_VARIABLE not in os.environ

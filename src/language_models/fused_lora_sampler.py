@@ -51,9 +51,10 @@ class FusedLoRALinear(torch.nn.Module):
         super().__init__()
         self.out_features = base.out_features
         self._base_weight = base.weight  # the training model's own, read at each refresh
-        self.stacked = base.weight.new_zeros((base.out_features + rank, base.in_features))
+        # filled by `load`, which the sampler calls before any use
+        self.stacked = base.weight.new_empty((0, base.in_features))
         self.packed: torch.Tensor | None = None
-        self.up = base.weight.new_zeros((base.out_features, rank))
+        self.up = base.weight.new_empty((base.out_features, rank))
         self.bias = base.bias
 
     def load(self, down: torch.Tensor, up: torch.Tensor) -> None:

@@ -49,6 +49,14 @@ class MismatchCorrection:
             return kept.float() * mask, ~kept & (mask > 0)
         return mask.clone(), torch.zeros_like(mask, dtype=torch.bool)
 
+    def apply(self, trainer: torch.Tensor, sampler: torch.Tensor, mask: torch.Tensor,
+              metrics: TokenMetrics) -> torch.Tensor | None:
+        """Record the mismatch metrics; the token weights to multiply the loss by, or None
+        without a correction."""
+        weights, corrected = self.weights(trainer, sampler, mask)
+        record_mismatch(metrics, trainer, sampler, mask, weights, corrected)
+        return weights if self.kind != "none" else None
+
 
 def record_mismatch(metrics: TokenMetrics, trainer: torch.Tensor, sampler: torch.Tensor,
                     mask: torch.Tensor, weights: torch.Tensor, corrected: torch.Tensor) -> None:

@@ -15,7 +15,7 @@ import torch
 from src.language_models.language_model import ScoredTokens
 from src.training.aggregation import LossAggregation, aggregate
 from src.training.kl import KLEstimator, kl_penalty
-from src.training.mismatch import MismatchCorrection, record_mismatch
+from src.training.mismatch import MismatchCorrection
 from src.training.policy_losses import PolicyLossFunction
 from src.training.token_metrics import TokenMetrics
 from src.training.token_rows import TokenRows
@@ -64,10 +64,9 @@ class PolicyObjective:
         token_weights = part.token_weights
         if self.old_from_forward is not None:
             assert part.sampler_logprobs is not None
-            old, sampler = logp.detach(), part.sampler_logprobs.to(device)
-            weights, corrected = self.old_from_forward.weights(old, sampler, mask)
-            record_mismatch(metrics, old, sampler, mask, weights, corrected)
-            token_weights = weights if self.old_from_forward.kind != "none" else None
+            old = logp.detach()
+            token_weights = self.old_from_forward.apply(
+                old, part.sampler_logprobs.to(device), mask, metrics)
         result = self.policy_loss(logp, old, part.advantages[:, None].to(device), mask)
         per_token = result.per_token
         if token_weights is not None:

@@ -27,7 +27,7 @@ from src.training.checkpoints import mark_best
 from src.training.kl import kl_penalty
 from src.training.kl_control import KLController
 from src.training.learner import Learner
-from src.training.mismatch import MismatchCorrection, effective_sample_size, record_mismatch
+from src.training.mismatch import MismatchCorrection, effective_sample_size
 from src.training.objectives import PolicyObjective
 from src.training.policy_losses import POLICY_LOSSES, ClipRange
 from src.training.reference_policy import ReferencePolicy
@@ -172,12 +172,8 @@ class RLTrainingCallback(Callback):
         if self.mismatch.old_logprobs == "trainer" and not old_from_forward:
             rows.old_logprobs = self.learner.score(rows, temperature=temperature)
             assert rows.sampler_logprobs is not None
-            weights, corrected = self.correction.weights(
-                rows.old_logprobs, rows.sampler_logprobs, rows.batch.loss_mask)
-            if self.mismatch.correction != "none":
-                rows.token_weights = weights
-            record_mismatch(token_metrics, rows.old_logprobs, rows.sampler_logprobs,
-                            rows.batch.loss_mask, weights, corrected)
+            rows.token_weights = self.correction.apply(
+                rows.old_logprobs, rows.sampler_logprobs, rows.batch.loss_mask, token_metrics)
 
         returns = task_returns
         if self.kl.beta > 0 or self.kl_settings.in_reward:

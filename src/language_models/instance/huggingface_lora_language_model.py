@@ -4,8 +4,9 @@ Sampling is a plain decode loop over the KV cache rather than `generate`, so tha
 sampled token's log-prob comes from exactly the distribution it was drawn from, and so
 that finished rows leave the batch (multi-turn batches finish unevenly). It decodes with
 a copy of the model whose LoRA layers each run one fused product
-(src.language_models.fused_lora_sampler) and prefills a group's identical prompts once. Training scores the rows of a group as one
-packed sequence with their shared prompt laid out once (src.language_models.shared_prefix).
+(src.language_models.fused_lora_sampler) and prefills a group's identical prompts once.
+Training scores the rows of a group as one packed sequence with their shared prompt laid
+out once (src.language_models.shared_prefix).
 """
 
 from __future__ import annotations

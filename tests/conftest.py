@@ -59,6 +59,16 @@ def _tiny_llama(folder: Path, hidden_size: int, heads: int, kv_heads: int) -> Pa
     return folder
 
 
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A real local Ray cluster of 2 CPUs for one test module; its actors import `src`."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(PROJECT_ROOT)}})
+    yield
+    ray.shutdown()
+
+
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _tiny_llama(tmp_path_factory.mktemp("tiny-llama"), hidden_size=32, heads=4, kv_heads=2)

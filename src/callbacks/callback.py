@@ -57,3 +57,6 @@ class Callback:
 
     def restore_state(self, directory: Path) -> None:  # noqa: B027
         """Read back what save_state wrote."""
+
+    def close(self) -> None:  # noqa: B027
+        """The run ended (finished, failed or interrupted): release processes it started."""

@@ -272,6 +272,8 @@ class ExperimentLoop:
             progress.close()
             self.metrics.close()
             task.close()
+            for callback in callbacks.values():
+                callback.close()
 
         records = [EpisodeRecord.model_validate(row) for row in self.runs_log.read()]
         summary = summarize(records)

@@ -220,6 +220,18 @@ class TrainableLanguageModel(InferenceEngine):
     @abstractmethod
     def trainable_parameters(self) -> list[torch.nn.Parameter]: ...
 
+    def replica_parameters(self) -> dict[str, Any]:
+        """Constructor parameters that build this model again in a trainer worker: the
+        same weights, dtype and adapter shape (its adapter's values are sent apart)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be replicated into trainer "
+                                  "workers: train it with num_trainer_workers: 1")
+
+    def shard_for_data_parallel(self) -> None:
+        """Shard the weights over the default torch.distributed process group (FSDP), so
+        that workers each hold a part between uses and sum their gradients."""
+        raise NotImplementedError(f"{type(self).__name__} cannot shard its weights: train "
+                                  "it with num_trainer_workers: 1")
+
     @abstractmethod
     def save_adapter(self, directory: Path) -> None: ...
 

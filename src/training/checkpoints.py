@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,33 +35,34 @@ PREFIX = "checkpoint-"
 
 
 def save_training_state(directory: Path, model: TrainableLanguageModel,
-                        optimizer: torch.optim.Optimizer | None,
-                        scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+                        optimizer_state: dict[str, Any] | None,
+                        scheduler_state: dict[str, Any] | None,
                         extra: dict[str, Any]) -> None:
-    """Write the adapter, optimiser, schedule, RNG and `extra` into an empty `directory`."""
+    """Write the adapter, optimiser and schedule state (`state_dict()` form), RNG and `extra`
+    into an empty `directory`."""
     model.save_adapter(directory / ADAPTER)
-    torch.save({"optimizer": optimizer.state_dict() if optimizer else None,
-                "scheduler": scheduler.state_dict() if scheduler else None},
+    torch.save({"optimizer": optimizer_state, "scheduler": scheduler_state},
                directory / OPTIMIZER)
     save_rng_state(directory / RNG)
     atomic_write_json(directory / TRAINING_STEP,
                       {"policy_version": model.policy_version, **extra})
 
 
-def load_training_state(directory: Path, model: TrainableLanguageModel,
-                        optimizer: torch.optim.Optimizer | None,
-                        scheduler: torch.optim.lr_scheduler.LRScheduler | None
-                        ) -> dict[str, Any]:
-    """Read back what save_training_state wrote; returns `extra` (with policy_version)."""
+@dataclass(frozen=True)
+class SavedTrainingState:
+    extra: dict[str, Any]  # with policy_version
+    optimizer_state: dict[str, Any] | None
+    scheduler_state: dict[str, Any] | None
+
+
+def load_training_state(directory: Path, model: TrainableLanguageModel) -> SavedTrainingState:
+    """Read back what save_training_state wrote: the adapter into `model`, the RNG into
+    this process; the optimiser and schedule state are returned for their owner."""
     extra = json.loads((directory / TRAINING_STEP).read_text(encoding="utf-8"))
     model.load_adapter(directory / ADAPTER, extra["policy_version"])
     saved = torch.load(directory / OPTIMIZER, weights_only=False)
-    if optimizer is not None and saved["optimizer"] is not None:
-        optimizer.load_state_dict(saved["optimizer"])
-    if scheduler is not None and saved["scheduler"] is not None:
-        scheduler.load_state_dict(saved["scheduler"])
     load_rng_state(directory / RNG)
-    return extra
+    return SavedTrainingState(extra, saved["optimizer"], saved["scheduler"])
 
 
 def mark_best(directory: Path, record: dict[str, Any]) -> None:

@@ -1,6 +1,9 @@
 """The one update path: token rows -> micro-batches -> objective -> backward -> one
 optimiser step per mini-batch. Every pipeline (online RL, offline groups, supervised)
-trains through it, and saves and restores its state through src.training.checkpoints."""
+trains through it, and saves and restores its state through src.training.checkpoints.
+
+In data-parallel training (src.training.sharded_learner) each worker runs this same
+update on its `Shard` of the micro-batches."""
 
 from __future__ import annotations
 
@@ -42,10 +45,30 @@ class StepResult:
     learning_rate: float  # the rate this step used
 
 
+@dataclass(frozen=True)
+class Shard:
+    """Worker `rank` of `world` takes every world-th micro-batch of a mini-batch."""
+
+    rank: int = 0
+    world: int = 1
+
+    def passes(self, micro_batches: list[list[int]]) -> list[tuple[list[int], bool]]:
+        """This worker's (micro-batch, counts) passes. Every worker makes the same number
+        of passes, because each pass's collectives (sharded weights gathered, gradients
+        reduced) need all of them: a worker short of micro-batches repeats the first one
+        with its loss counted zero times."""
+        own = micro_batches[self.rank::self.world]
+        passes = math.ceil(len(micro_batches) / self.world)
+        return ([(micro, True) for micro in own]
+                + [(micro_batches[0], False)] * (passes - len(own)))
+
+
 class Learner:
-    def __init__(self, model: TrainableLanguageModel, settings: OptimizerSettings) -> None:
+    def __init__(self, model: TrainableLanguageModel, settings: OptimizerSettings,
+                 shard: Shard | None = None) -> None:
         self.model = model
         self.settings = settings
+        self.shard = shard or Shard()
         optimizer_type = (getattr(torch.optim, settings.optimizer_class, None)
                           or import_dotted(settings.optimizer_class))
         self.optimizer: torch.optim.Optimizer = optimizer_type(
@@ -107,14 +130,16 @@ class Learner:
                                  longest_completion=int(mini_mask.sum(-1).max().item()))
         step_loss = 0.0
         with torch.enable_grad():
-            for micro in self.micro_batches(rows, indices):
+            for micro, counts in self.shard.passes(self.micro_batches(rows, indices)):
                 part = rows.select(micro)
                 scored = self.model.score(part.batch, temperature=temperature,
                                           with_entropy=objective.with_entropy)
-                loss = objective(part, scored, totals, metrics)
+                loss = objective(part, scored, totals, metrics if counts else TokenMetrics())
+                if not counts:
+                    loss = loss * 0.0
                 loss.backward()
                 step_loss += loss.item()
-        learning_rate = self.optimizer.param_groups[0]["lr"]
+        learning_rate = self.learning_rate
         norm = clipped_optimizer_step(self.optimizer, self.scheduler,
                                       self.model.trainable_parameters(),
                                       self.settings.max_grad_norm)
@@ -122,14 +147,27 @@ class Learner:
         self.model.eval_mode()
         return StepResult(step_loss, norm, learning_rate)
 
+    @property
+    def learning_rate(self) -> float:
+        """The rate the next step takes."""
+        return self.optimizer.param_groups[0]["lr"]
+
     # ---- state ---------------------------------------------------------------------
     def save(self, directory: Path, extra: dict[str, Any]) -> None:
-        save_training_state(directory, self.model, self.optimizer, self.scheduler,
+        save_training_state(directory, self.model, self.optimizer.state_dict(),
+                            self.scheduler.state_dict() if self.scheduler else None,
                             {"optimizer_step": self.step, **extra})
 
     def restore(self, directory: Path, restore_optimizer: bool = True) -> dict[str, Any]:
-        extra = load_training_state(directory, self.model,
-                                    self.optimizer if restore_optimizer else None,
-                                    self.scheduler if restore_optimizer else None)
-        self.step = extra["optimizer_step"]
-        return extra
+        saved = load_training_state(directory, self.model)
+        if restore_optimizer:
+            self.load_optimizer_state(saved.optimizer_state, saved.scheduler_state)
+        self.step = saved.extra["optimizer_step"]
+        return saved.extra
+
+    def load_optimizer_state(self, optimizer_state: dict[str, Any] | None,
+                             scheduler_state: dict[str, Any] | None) -> None:
+        if optimizer_state is not None:
+            self.optimizer.load_state_dict(optimizer_state)
+        if self.scheduler is not None and scheduler_state is not None:
+            self.scheduler.load_state_dict(scheduler_state)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Protocol
 
 import torch
 
 from src.language_models.language_model import TrainableLanguageModel
-from src.training.learner import Learner
 from src.training.token_rows import TokenRows
+
+
+class Scorer(Protocol):  # a Learner, or a ShardedLearner (which scores in this process)
+    def score(self, rows: TokenRows, *, temperature: float = 1.0,
+              with_adapter: bool = True) -> torch.Tensor: ...
 
 
 class ReferencePolicy:
@@ -22,7 +26,7 @@ class ReferencePolicy:
                           model.trainable_parameters()] if kind == "initial_adapter" else [])
 
     @torch.no_grad()
-    def score(self, learner: Learner, rows: TokenRows, temperature: float) -> torch.Tensor:
+    def score(self, learner: Scorer, rows: TokenRows, temperature: float) -> torch.Tensor:
         if self.kind == "base":
             return learner.score(rows, temperature=temperature, with_adapter=False)
         parameters = self.model.trainable_parameters()

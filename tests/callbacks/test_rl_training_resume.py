@@ -49,6 +49,7 @@ assignment_config:
         ppo: {{epochs: 2, mini_batch_size: 2}}
         kl: {{coef: 0.01}}
         optimizer: {{lr_schedule: cosine, warmup_ratio: 0.25}}
+        num_trainer_workers: {workers}
 """
 
 
@@ -64,10 +65,14 @@ def final_adapter(output: Path) -> dict[str, torch.Tensor]:
     return load_file(folder / "lora_weights" / "adapter_model.safetensors")
 
 
-def test_killed_run_resumes_to_the_same_adapter(tmp_path: Path) -> None:
+# 2: the update runs in two FSDP worker processes (gloo, Ray actors) that are killed with
+# the run and started afresh by the resumed one
+@pytest.mark.parametrize("workers", [1, 2])
+def test_killed_run_resumes_to_the_same_adapter(tmp_path: Path, workers: int) -> None:
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     for output in (straight, killed):
-        (tmp_path / f"{output.name}.yaml").write_text(ASSIGNMENT.format(output=output))
+        (tmp_path / f"{output.name}.yaml").write_text(
+            ASSIGNMENT.format(output=output, workers=workers))
     subprocess.run(command(tmp_path / "straight.yaml"), cwd=PROJECT_ROOT, check=True,
                    capture_output=True)
 

@@ -22,14 +22,6 @@ from src.language_models.rollout_pool.pool import EngineFailure, RolloutPool
 ray = pytest.importorskip("ray")
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}})
-    yield
-    ray.shutdown()
-
-
 @pytest.fixture
 def trainer(tiny_model_path: Path) -> HuggingfaceLoRALanguageModel:
     torch.manual_seed(0)

@@ -39,6 +39,7 @@ from src.training.settings import (
     PPOSettings,
     RewardSettings,
 )
+from src.training.sharded_learner import ShardedLearner
 from src.training.token_metrics import TokenMetrics
 from src.training.token_rows import TokenRows
 
@@ -72,6 +73,9 @@ class RLTrainingCallback(Callback):
         best_metric: str | None = "reward",
         max_policy_staleness: int | None = 0,
         seed: int = 0,
+        num_trainer_workers: int = 1,
+        cpus_per_trainer_worker: int = 1,
+        gpus_per_trainer_worker: int = 0,
         # the seed's flat names, each a key of one group
         learning_rate: float | None = None,
         optimizer_class: str | None = None,
@@ -108,7 +112,12 @@ class RLTrainingCallback(Callback):
         self.kl = KLController(kind=self.kl_settings.controller, beta=self.kl_settings.coef,
                                target=self.kl_settings.target, horizon=self.kl_settings.horizon)
         self.reference = ReferencePolicy(language_model, self.kl_settings.reference)
-        self.learner = Learner(language_model, self.optimizer_settings)
+        # More than one worker: the update runs in that many FSDP worker processes
+        # (src.training.sharded_learner), this process samples and scores.
+        self.learner: Learner | ShardedLearner = (
+            Learner(language_model, self.optimizer_settings) if num_trainer_workers == 1
+            else ShardedLearner(language_model, self.optimizer_settings, num_trainer_workers,
+                                cpus_per_trainer_worker, gpus_per_trainer_worker))
         self.best_value: float | None = None
         self._last_metrics: dict[str, float] = {}
 
@@ -300,7 +309,7 @@ class RLTrainingCallback(Callback):
                 norms.append(step.grad_norm)
         metrics = token_metrics.means()
         metrics.update({"loss": float(np.mean(losses)), "grad_norm": float(np.mean(norms)),
-                        "learning_rate": self.learner.optimizer.param_groups[0]["lr"],
+                        "learning_rate": self.learner.learning_rate,
                         "kl_coef": self.kl.beta})
         if "kl" in metrics:
             self.kl.update(metrics["kl"], n_steps=len(indices))
@@ -321,6 +330,10 @@ class RLTrainingCallback(Callback):
         if new_best:  # the loop copies it to best/ once the batch is committed
             mark_best(directory, {"metric": self.best_metric, "value": value,
                                   "step": self.learner.step})
+
+    def close(self) -> None:
+        if isinstance(self.learner, ShardedLearner):
+            self.learner.close()
 
     def restore_state(self, directory: Path) -> None:
         state = self.learner.restore(directory)

@@ -167,6 +167,7 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         packed sequence; neither changes the results beyond rounding."""
         self.model_name_or_path = model_name_or_path
         self.training_autocast = training_autocast
+        self._gradient_checkpointing = gradient_checkpointing
         self._role_dict = role_dict_with_defaults(role_dict)
         self.lora_settings = lora_config or LoRASettings()
         self.prefix_caching = prefix_caching
@@ -177,6 +178,7 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         self._tokenizer = AutoTokenizer.from_pretrained(path)
         if attn_implementation == "auto":  # see grouped_attention; CUDA kernels prefer sdpa
             attn_implementation = "sdpa" if self.device.type == "cuda" else GROUPED_SDPA
+        self._attn_implementation = attn_implementation
         base = AutoModelForCausalLM.from_pretrained(
             path, dtype=self.dtype, attn_implementation=attn_implementation).to(self.device)
         if gradient_checkpointing:
@@ -442,6 +444,28 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [parameter for parameter in self.model.parameters() if parameter.requires_grad]
+
+    def replica_parameters(self) -> dict[str, Any]:
+        return {"model_name_or_path": self.model_name_or_path, "role_dict": self.role_dict,
+                "lora_config": self.lora_settings,
+                "dtype": str(self.dtype).removeprefix("torch."),
+                "device": self.device.type, "max_context_tokens": self.max_context_tokens,
+                "gradient_checkpointing": self._gradient_checkpointing,
+                "prefix_caching": False, "attn_implementation": self._attn_implementation,
+                "training_autocast": self.training_autocast, "fused_sampling": False,
+                "shared_prefix_training": self.shared_prefix_training}
+
+    def shard_for_data_parallel(self) -> None:
+        """Each decoder layer becomes one FSDP unit (its weights gathered for its forward
+        and backward, then freed); gradients are summed over workers, not averaged: each
+        worker's loss is already a share of the whole mini-batch's. The embeddings, final
+        norm and head stay whole on every worker (frozen, a small part of the weights)."""
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in self.model.get_base_model().get_decoder().layers:
+            sharded = fully_shard(layer)
+            sharded.set_gradient_divide_factor(1.0)
+            sharded.set_force_sum_reduction_for_comms(True)  # gloo has no scaled sum
 
     def save_adapter(self, directory: Path) -> None:
         self.model.save_pretrained(str(directory))

@@ -21,7 +21,6 @@ import importlib
 import inspect
 import logging
 import math
-import os
 import tempfile
 import time
 from collections.abc import Sequence
@@ -41,6 +40,7 @@ from src.language_models.language_model import (
     SamplingParams,
     TrainableLanguageModel,
 )
+from src.language_models.rollout_pool.cluster import connect_ray
 from src.language_models.rollout_pool.engine_actor import EngineActor
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,6 @@ logger = logging.getLogger(__name__)
 # A fixed chat whose log-probs the engines must reproduce after each sync.
 PROBE_CHAT = [{"role": "user", "content": "What is 2 + 3? Put the answer in \\boxed{}."},
               {"role": "assistant", "content": "2 + 3 = 5, so the answer is \\boxed{5}."}]
-REPO_ROOT = Path(__file__).resolve().parents[3]
 # The short names configs use for `engine`; any other engine is named by its dotted path.
 ENGINES: dict[str, str] = {
     "hf": "src.language_models.instance.huggingface_lora_language_model"
@@ -137,7 +136,8 @@ class RolloutPool(LanguageModel):
         # sequence -> engine that produced it: a later turn goes where its prefix is cached
         self._affinity: dict[tuple[int, ...], int] = {}
         self._affinity_lengths: set[int] = set()
-        self._started_ray = self._connect(ray_address)
+        self._started_ray = connect_ray(num_engines * cpus_per_engine, ray_address,
+                                        self._trainer_gpus())
         self._placement_groups: list[Any] = []
         self._actors = [self._start_actor() for _ in range(num_engines)]
         self._wait_until_started(list(range(num_engines)))
@@ -155,34 +155,6 @@ class RolloutPool(LanguageModel):
                              f"{self.engine_class.__name__} does not take "
                              f"(it takes: {', '.join(sorted(accepted))})")
         return {**derived, **extra}
-
-    def _connect(self, address: str | None) -> bool:
-        import ray
-
-        if ray.is_initialized():
-            return False
-        # Actors import `src`: point them at this checkout (same path on every node).
-        runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
-            filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}}
-        if address is not None:
-            ray.init(address=address, runtime_env=runtime_env)
-            return True
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        trainer_gpus = self._trainer_gpus()
-        if trainer_gpus:  # the cluster started here must not hand the trainer's GPU out
-            ids = visible.split(",") if visible else [str(i) for i in range(
-                torch.cuda.device_count())]
-            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(
-                gpu for index, gpu in enumerate(ids) if index not in trainer_gpus)
-        try:
-            ray.init(num_cpus=max(os.cpu_count() or 1, self.num_engines * self.cpus_per_engine),
-                     runtime_env=runtime_env, include_dashboard=False, log_to_driver=True)
-        finally:  # this process keeps seeing what it saw
-            if visible is None:
-                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-            else:
-                os.environ["CUDA_VISIBLE_DEVICES"] = visible
-        return True
 
     def _trainer_gpus(self) -> set[int]:
         device = self.trainer.device

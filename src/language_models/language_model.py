@@ -220,9 +220,10 @@ class TrainableLanguageModel(InferenceEngine):
     @abstractmethod
     def trainable_parameters(self) -> list[torch.nn.Parameter]: ...
 
-    def replica_parameters(self) -> dict[str, Any]:
-        """Constructor parameters that build this model again in a trainer worker: the
-        same weights, dtype and adapter shape (its adapter's values are sent apart)."""
+    def replica_parameters(self, device: str) -> dict[str, Any]:
+        """Constructor parameters that build this model again on `device` ("cpu",
+        "cuda") in a trainer worker: the same weights, dtype and adapter shape (its
+        adapter's values are sent apart)."""
         raise NotImplementedError(f"{type(self).__name__} cannot be replicated into trainer "
                                   "workers: train it with num_trainer_workers: 1")
 

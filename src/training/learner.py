@@ -104,17 +104,34 @@ class Learner:
 
     # ---- scoring without gradients -------------------------------------------------
     @torch.no_grad()
-    def score(self, rows: TokenRows, *, temperature: float = 1.0,
-              with_adapter: bool = True) -> torch.Tensor:
-        """Per-token log-probs [rows, length] on the CPU (0 where the loss mask is 0)."""
+    def score(self, rows: TokenRows, *, temperature: float = 1.0, with_adapter: bool = True,
+              adapter: Sequence[torch.Tensor] | None = None) -> torch.Tensor:
+        """Per-token log-probs [rows, length] on the CPU (0 where the loss mask is 0, and
+        on the rows of micro-batches another shard scores). `adapter`: score with these
+        values of the trainable parameters in place of the current ones (the KL
+        reference's starting adapter); the current ones are back afterwards."""
         self.model.eval_mode()
         scores = torch.zeros_like(rows.batch.loss_mask)
-        for micro in self.micro_batches(rows, range(len(rows))):
-            part = rows.select(micro)
-            logprobs = self.model.score(part.batch, temperature=temperature,
-                                        with_adapter=with_adapter).logprobs
-            scores[micro, : logprobs.shape[1]] = logprobs.to(scores.device)
+        current = self._swap_trainable(adapter) if adapter is not None else None
+        try:
+            for micro, counts in self.shard.passes(self.micro_batches(rows, range(len(rows)))):
+                part = rows.select(micro)
+                logprobs = self.model.score(part.batch, temperature=temperature,
+                                            with_adapter=with_adapter).logprobs
+                if counts:
+                    scores[micro, : logprobs.shape[1]] = logprobs.to(scores.device)
+        finally:
+            if current is not None:
+                self._swap_trainable(current)
         return scores
+
+    def _swap_trainable(self, values: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Put `values` into the trainable parameters; return what they held."""
+        parameters = self.model.trainable_parameters()
+        previous = [parameter.detach().clone() for parameter in parameters]
+        for parameter, value in zip(parameters, values, strict=True):
+            parameter.copy_(value)
+        return previous
 
     # ---- one optimiser step --------------------------------------------------------
     def update(self, rows: TokenRows, indices: Sequence[int], objective: Objective,

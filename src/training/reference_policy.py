@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, Protocol
 
 import torch
@@ -10,16 +11,15 @@ from src.language_models.language_model import TrainableLanguageModel
 from src.training.token_rows import TokenRows
 
 
-class Scorer(Protocol):  # a Learner, or a ShardedLearner (which scores in this process)
-    def score(self, rows: TokenRows, *, temperature: float = 1.0,
-              with_adapter: bool = True) -> torch.Tensor: ...
+class Scorer(Protocol):  # a Learner or a ShardedLearner
+    def score(self, rows: TokenRows, *, temperature: float = 1.0, with_adapter: bool = True,
+              adapter: Sequence[torch.Tensor] | None = None) -> torch.Tensor: ...
 
 
 class ReferencePolicy:
     def __init__(self, model: TrainableLanguageModel,
                  kind: Literal["base", "initial_adapter"]) -> None:
         self.kind = kind
-        self.model = model
         # Taken when the trainer is built, before any update or resume: the weights then
         # are those of the model's adapter_path (or the zero-delta start).
         self._initial = ([parameter.detach().clone() for parameter in
@@ -29,12 +29,4 @@ class ReferencePolicy:
     def score(self, learner: Scorer, rows: TokenRows, temperature: float) -> torch.Tensor:
         if self.kind == "base":
             return learner.score(rows, temperature=temperature, with_adapter=False)
-        parameters = self.model.trainable_parameters()
-        current = [parameter.detach().clone() for parameter in parameters]
-        try:
-            for parameter, initial in zip(parameters, self._initial, strict=True):
-                parameter.copy_(initial)
-            return learner.score(rows, temperature=temperature)
-        finally:
-            for parameter, value in zip(parameters, current, strict=True):
-                parameter.copy_(value)
+        return learner.score(rows, temperature=temperature, adapter=self._initial)

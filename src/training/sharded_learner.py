@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from src.language_models.language_model import TrainableLanguageModel
-from src.language_models.rollout_pool.cluster import connect_ray
+from src.language_models.rollout_pool.cluster import connect_ray, gpus_of
 from src.training.checkpoints import load_training_state, save_training_state
 from src.training.learner import Learner, Objective, Shard, StepResult
 from src.training.settings import OptimizerSettings
@@ -97,8 +97,19 @@ class LearnerWorker:
             for parameter, value in zip(model.trainable_parameters(), values, strict=True):
                 parameter.copy_(_like(value, parameter))
 
-    def schedule(self, total_steps: int) -> None:
+    def schedule(self, total_steps: int) -> float:
         self.learner.schedule(total_steps)
+        return self.learner.learning_rate
+
+    def score(self, rows: TokenRows, temperature: float, with_adapter: bool,
+              adapter: list[torch.Tensor] | None) -> torch.Tensor:
+        """Log-probs of this worker's share of the rows (zeros on the others' rows)."""
+        if adapter is not None:
+            parameters = self.learner.model.trainable_parameters()
+            adapter = [_like(value, parameter)
+                       for value, parameter in zip(adapter, parameters, strict=True)]
+        return self.learner.score(rows, temperature=temperature, with_adapter=with_adapter,
+                                  adapter=adapter)
 
     def update(self, rows: TokenRows, indices: list[int], objective: Objective,
                temperature: float) -> tuple[StepResult, TokenMetrics, float, list[torch.Tensor]]:
@@ -149,7 +160,9 @@ class LearnerWorker:
 
 class ShardedLearner:
     """The Learner's interface (score, update, schedule, save, restore) for a policy
-    trained by `num_workers` FSDP workers."""
+    trained by `num_workers` FSDP workers, which also score: this process's copy of the
+    policy only samples (or serves the rollout pool its adapter) and may stay on the CPU
+    while the workers take a GPU each."""
 
     def __init__(self, model: TrainableLanguageModel, settings: OptimizerSettings,
                  num_workers: int, cpus_per_worker: int = 1, gpus_per_worker: int = 0,
@@ -160,11 +173,11 @@ class ShardedLearner:
             raise ValueError(f"a sharded learner needs at least 2 workers, got {num_workers}")
         self.model = model
         self.settings = settings
-        self._local = Learner(model, settings)  # scores here; its optimiser never steps
-        self._started_ray = connect_ray(num_workers * cpus_per_worker, ray_address)
+        self._started_ray = connect_ray(num_workers * cpus_per_worker, ray_address,
+                                        gpus_of(model.device))
         worker_class = ray.remote(LearnerWorker).options(
             num_cpus=cpus_per_worker, num_gpus=gpus_per_worker, max_restarts=0)
-        parameters = model.replica_parameters()
+        parameters = model.replica_parameters("cuda" if gpus_per_worker else "cpu")
         self._workers: list[Any] = [worker_class.remote(type(model), parameters, settings, rank,
                                                         num_workers, cpus_per_worker)
                                     for rank in range(num_workers)]
@@ -190,21 +203,17 @@ class ShardedLearner:
 
         return ray.get([getattr(worker, method).remote(*args) for worker in self._workers])
 
-    def micro_batches(self, rows: TokenRows, indices: list[int]) -> list[list[int]]:
-        return self._local.micro_batches(rows, indices)
-
     def schedule(self, total_steps: int) -> None:
-        self._all("schedule", total_steps)
-        self._local.schedule(total_steps)
-        self._learning_rate = self._local.learning_rate
+        self._learning_rate = self._all("schedule", total_steps)[0]
 
     @property
     def learning_rate(self) -> float:
         return self._learning_rate
 
-    def score(self, rows: TokenRows, *, temperature: float = 1.0,
-              with_adapter: bool = True) -> torch.Tensor:
-        return self._local.score(rows, temperature=temperature, with_adapter=with_adapter)
+    def score(self, rows: TokenRows, *, temperature: float = 1.0, with_adapter: bool = True,
+              adapter: list[torch.Tensor] | None = None) -> torch.Tensor:
+        # each row is scored by exactly one worker, zeros elsewhere: the sum is exact
+        return torch.stack(self._all("score", rows, temperature, with_adapter, adapter)).sum(0)
 
     def update(self, rows: TokenRows, indices: list[int], objective: Objective,
                metrics: TokenMetrics, temperature: float = 1.0) -> StepResult:

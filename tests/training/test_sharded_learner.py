@@ -101,8 +101,15 @@ def test_two_fsdp_workers_train_the_adapter_one_process_trains(ray_cluster,
         assert moved > 1e-2  # the steps did change the adapter
         for a, b in zip(_adapter(single_model), _adapter(sharded_model), strict=True):
             torch.testing.assert_close(b, a, atol=1e-5, rtol=0)
-        # the workers hold what this process holds: score with them and compare
+        # the workers score (each row once) what this process would score, also with
+        # another adapter swapped in for the call (the KL reference's starting adapter)
         assert sharded.score(rows).sub(single.score(rows)).abs().max().item() < 1e-5
+        start = _adapter(_model(tiny_model_path))
+        reference = single.score(rows, adapter=start)
+        assert sharded.score(rows, adapter=start).sub(reference).abs().max().item() < 1e-5
+        assert reference.sub(single.score(rows)).abs().max().item() > 1e-3
+        for a, b in zip(_adapter(single_model), _adapter(sharded_model), strict=True):
+            torch.testing.assert_close(b, a, atol=1e-5, rtol=0)  # put back after the call
     finally:
         sharded.close()
 

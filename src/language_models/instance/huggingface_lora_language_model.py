@@ -176,9 +176,9 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         self.dtype = _choose_dtype(dtype, self.device)
         path = resolve_model_path(model_name_or_path)
         self._tokenizer = AutoTokenizer.from_pretrained(path)
+        self._attn_implementation = attn_implementation  # as asked: a replica resolves "auto"
         if attn_implementation == "auto":  # see grouped_attention; CUDA kernels prefer sdpa
             attn_implementation = "sdpa" if self.device.type == "cuda" else GROUPED_SDPA
-        self._attn_implementation = attn_implementation
         base = AutoModelForCausalLM.from_pretrained(
             path, dtype=self.dtype, attn_implementation=attn_implementation).to(self.device)
         if gradient_checkpointing:
@@ -445,11 +445,11 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [parameter for parameter in self.model.parameters() if parameter.requires_grad]
 
-    def replica_parameters(self) -> dict[str, Any]:
+    def replica_parameters(self, device: str) -> dict[str, Any]:
         return {"model_name_or_path": self.model_name_or_path, "role_dict": self.role_dict,
                 "lora_config": self.lora_settings,
                 "dtype": str(self.dtype).removeprefix("torch."),
-                "device": self.device.type, "max_context_tokens": self.max_context_tokens,
+                "device": device, "max_context_tokens": self.max_context_tokens,
                 "gradient_checkpointing": self._gradient_checkpointing,
                 "prefix_caching": False, "attn_implementation": self._attn_implementation,
                 "training_autocast": self.training_autocast, "fused_sampling": False,

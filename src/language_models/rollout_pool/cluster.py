@@ -11,6 +11,13 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
+def gpus_of(device: torch.device) -> set[int]:
+    """The GPU index a trainer on `device` holds (none on a CPU)."""
+    if device.type != "cuda":
+        return set()
+    return {device.index if device.index is not None else torch.cuda.current_device()}
+
+
 def connect_ray(num_cpus: int, address: str | None = None,
                 hidden_gpus: Set[int] = frozenset()) -> bool:
     """Join the cluster at `address`, or start a local one with at least `num_cpus` CPUs

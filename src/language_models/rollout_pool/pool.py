@@ -40,7 +40,7 @@ from src.language_models.language_model import (
     SamplingParams,
     TrainableLanguageModel,
 )
-from src.language_models.rollout_pool.cluster import connect_ray
+from src.language_models.rollout_pool.cluster import connect_ray, gpus_of
 from src.language_models.rollout_pool.engine_actor import EngineActor
 
 logger = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ class RolloutPool(LanguageModel):
         self._affinity: dict[tuple[int, ...], int] = {}
         self._affinity_lengths: set[int] = set()
         self._started_ray = connect_ray(num_engines * cpus_per_engine, ray_address,
-                                        self._trainer_gpus())
+                                        gpus_of(trainer.device))
         self._placement_groups: list[Any] = []
         self._actors = [self._start_actor() for _ in range(num_engines)]
         self._wait_until_started(list(range(num_engines)))
@@ -155,12 +155,6 @@ class RolloutPool(LanguageModel):
                              f"{self.engine_class.__name__} does not take "
                              f"(it takes: {', '.join(sorted(accepted))})")
         return {**derived, **extra}
-
-    def _trainer_gpus(self) -> set[int]:
-        device = self.trainer.device
-        if device.type != "cuda":
-            return set()
-        return {device.index if device.index is not None else torch.cuda.current_device()}
 
     def _start_actor(self) -> Any:
         import ray

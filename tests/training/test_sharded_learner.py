@@ -110,6 +110,14 @@ def test_two_fsdp_workers_train_the_adapter_one_process_trains(ray_cluster,
         assert reference.sub(single.score(rows)).abs().max().item() > 1e-3
         for a, b in zip(_adapter(single_model), _adapter(sharded_model), strict=True):
             torch.testing.assert_close(b, a, atol=1e-5, rtol=0)  # put back after the call
+        # the base model's scores (adapter off, the KL reference), and training after them
+        base = sharded.score(rows, with_adapter=False)
+        assert base.sub(single.score(rows, with_adapter=False)).abs().max().item() < 1e-5
+        expected = single.update(rows, range(6), _objective(), TokenMetrics())
+        assert sharded.update(rows, range(6), _objective(), TokenMetrics()).loss == (
+            pytest.approx(expected.loss, abs=1e-5))
+        for a, b in zip(_adapter(single_model), _adapter(sharded_model), strict=True):
+            torch.testing.assert_close(b, a, atol=1e-5, rtol=0)
     finally:
         sharded.close()
 

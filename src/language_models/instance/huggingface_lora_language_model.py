@@ -457,15 +457,26 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
 
     def shard_for_data_parallel(self) -> None:
         """Each decoder layer becomes one FSDP unit (its weights gathered for its forward
-        and backward, then freed); gradients are summed over workers, not averaged: each
-        worker's loss is already a share of the whole mini-batch's. The embeddings, final
-        norm and head stay whole on every worker (frozen, a small part of the weights)."""
+        and backward, then freed), under the decoder (embeddings and final norm) as the
+        root; gradients are summed over workers, not averaged: each worker's loss is
+        already a share of the whole mini-batch's. A head tied to the embeddings keeps
+        its own whole copy (frozen)."""
         from torch.distributed.fsdp import fully_shard
 
-        for layer in self.model.get_base_model().get_decoder().layers:
-            sharded = fully_shard(layer)
+        def shard(module: torch.nn.Module) -> None:
+            sharded = fully_shard(module)
             sharded.set_gradient_divide_factor(1.0)
             sharded.set_force_sum_reduction_for_comms(True)  # gloo has no scaled sum
+
+        decoder = self.model.get_base_model().get_decoder()
+        for layer in decoder.layers:
+            shard(layer)
+        # The decoder as the root: FSDP reshards the layers after their forward only
+        # under a root (a root keeps its weights gathered for the backward). Whole
+        # layers left gathered would also hide the adapter from PEFT's
+        # `disable_adapter`, which then cannot mark it trainable again (it skips
+        # non-leaf tensors).
+        shard(decoder)
 
     def save_adapter(self, directory: Path) -> None:
         self.model.save_pretrained(str(directory))

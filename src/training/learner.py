@@ -63,6 +63,13 @@ class Shard:
                 + [(micro_batches[0], False)] * (passes - len(own)))
 
 
+@torch.no_grad()
+def load_trainable(model: TrainableLanguageModel, values: Sequence[torch.Tensor]) -> None:
+    """Copy `values` into the model's trainable parameters, in their order."""
+    for parameter, value in zip(model.trainable_parameters(), values, strict=True):
+        parameter.copy_(value)
+
+
 class Learner:
     def __init__(self, model: TrainableLanguageModel, settings: OptimizerSettings,
                  shard: Shard | None = None) -> None:
@@ -127,10 +134,9 @@ class Learner:
 
     def _swap_trainable(self, values: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """Put `values` into the trainable parameters; return what they held."""
-        parameters = self.model.trainable_parameters()
-        previous = [parameter.detach().clone() for parameter in parameters]
-        for parameter, value in zip(parameters, values, strict=True):
-            parameter.copy_(value)
+        previous = [parameter.detach().clone()
+                    for parameter in self.model.trainable_parameters()]
+        load_trainable(self.model, values)
         return previous
 
     # ---- one optimiser step --------------------------------------------------------

@@ -30,7 +30,7 @@ import torch
 from src.language_models.language_model import TrainableLanguageModel
 from src.language_models.rollout_pool.cluster import connect_ray, gpus_of
 from src.training.checkpoints import load_training_state, save_training_state
-from src.training.learner import Learner, Objective, Shard, StepResult
+from src.training.learner import Learner, Objective, Shard, StepResult, load_trainable
 from src.training.settings import OptimizerSettings
 from src.training.token_metrics import TokenMetrics
 from src.training.token_rows import TokenRows
@@ -81,7 +81,7 @@ class LearnerWorker:
         backend = "nccl" if model.device.type == "cuda" else "gloo"
         dist.init_process_group(backend, init_method=f"tcp://{host}:{port}",
                                 rank=self._shard.rank, world_size=self._shard.world)
-        self._load_trainable(model, trainable)
+        load_trainable(model, self._shards_of(model, trainable))
         model.shard_for_data_parallel()
         self._learner = Learner(model, self._settings, self._shard)
         return os.getpid()
@@ -92,10 +92,11 @@ class LearnerWorker:
         return self._learner
 
     @staticmethod
-    def _load_trainable(model: TrainableLanguageModel, values: list[torch.Tensor]) -> None:
-        with torch.no_grad():
-            for parameter, value in zip(model.trainable_parameters(), values, strict=True):
-                parameter.copy_(_like(value, parameter))
+    def _shards_of(model: TrainableLanguageModel, values: list[torch.Tensor]
+                   ) -> list[torch.Tensor]:
+        """Whole values of the trainable parameters cut to this worker's shards."""
+        return [_like(value, parameter) for value, parameter
+                in zip(values, model.trainable_parameters(), strict=True)]
 
     def schedule(self, total_steps: int) -> float:
         self.learner.schedule(total_steps)
@@ -105,9 +106,7 @@ class LearnerWorker:
               adapter: list[torch.Tensor] | None) -> torch.Tensor:
         """Log-probs of this worker's share of the rows (zeros on the others' rows)."""
         if adapter is not None:
-            parameters = self.learner.model.trainable_parameters()
-            adapter = [_like(value, parameter)
-                       for value, parameter in zip(adapter, parameters, strict=True)]
+            adapter = self._shards_of(self.learner.model, adapter)
         return self.learner.score(rows, temperature=temperature, with_adapter=with_adapter,
                                   adapter=adapter)
 
@@ -142,7 +141,7 @@ class LearnerWorker:
                    optimizer_state: dict[str, Any] | None,
                    scheduler_state: dict[str, Any] | None) -> None:
         learner = self.learner
-        self._load_trainable(learner.model, trainable)
+        load_trainable(learner.model, self._shards_of(learner.model, trainable))
         if optimizer_state is not None:
             parameters = learner.model.trainable_parameters()
             optimizer_state = {**optimizer_state, "state": {
@@ -221,15 +220,10 @@ class ShardedLearner:
         for _, worker_metrics, _, _ in results:
             metrics.merge(worker_metrics)
         first, _, self._learning_rate, trainable = results[0]
-        self._set_trainable(trainable)
+        load_trainable(self.model, trainable)
         self.step += 1
         return StepResult(sum(result.loss for result, *_ in results), first.grad_norm,
                           first.learning_rate)
-
-    def _set_trainable(self, values: list[torch.Tensor]) -> None:
-        with torch.no_grad():
-            for parameter, value in zip(self.model.trainable_parameters(), values, strict=True):
-                parameter.copy_(value.to(parameter.device))
 
     # ---- state ---------------------------------------------------------------------
     def save(self, directory: Path, extra: dict[str, Any]) -> None:

@@ -24,6 +24,10 @@ class Callback:
     `save_state(directory)` writes everything needed to resume into a fresh folder the
     loop provides (it is renamed into place atomically afterwards);
     `restore_state(directory)` reads it back.
+
+    With `rollout.max_staleness: 1` the episode hooks (`on_session_created` to
+    `on_task_complete`) of the next batch run in the rollout thread while `on_batch_end`
+    of the current one runs in the main thread: state they share needs a lock.
     """
 
     callback_id: str = ""

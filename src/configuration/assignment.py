@@ -67,13 +67,21 @@ class FaultPolicy(StrictModel):
 
 
 class RolloutConfig(StrictModel):
-    """How samples become episodes: B samples a batch, each rolled out G times."""
+    """How samples become episodes: B samples a batch, each rolled out G times.
+
+    `max_staleness`: 0 rolls out each batch with the policy the previous update produced;
+    1 rolls out batch n+1 (in a thread, from a rollout pool's engines) while the trainer
+    updates on batch n, so each sample is at most one update old when trained on (the
+    seed's one-step off-policy overlap; more batches ahead are not supported: a pool
+    samples one batch at a time).
+    """
 
     batch_size: PositiveInt = 4
     group_size: PositiveInt = 1
     num_epochs: PositiveInt = 1
     max_batches: PositiveInt | None = None
     dynamic_sampling: DynamicSamplingConfig | None = None
+    max_staleness: int = Field(default=0, ge=0, le=1)
     faults: FaultPolicy = Field(default_factory=FaultPolicy)
 
 

@@ -60,7 +60,8 @@ class ExperimentPlan:
         lines += [plan.describe() for plan in self.callbacks.values()]
         rollout = assignment.rollout
         lines.append(f"rollout: batch_size={rollout.batch_size} group_size={rollout.group_size} "
-                     f"num_epochs={rollout.num_epochs} max_batches={rollout.max_batches}")
+                     f"num_epochs={rollout.num_epochs} max_batches={rollout.max_batches} "
+                     f"max_staleness={rollout.max_staleness}")
         lines.append(f"output_dir: {assignment.output_dir}")
         return "\n".join(lines)
 
@@ -146,7 +147,7 @@ def plan_experiment(config: ExperimentConfig, source: YamlSource) -> ExperimentP
         language_models[spec.name] = plan_component(
             spec, (*root, "language_model_list", index), source, LanguageModel,
             language_models)
-    return ExperimentPlan(
+    plan = ExperimentPlan(
         config=config,
         source=source,
         task=plan_component(assignment.task, (*root, "task"), source, Task, language_models),
@@ -157,6 +158,38 @@ def plan_experiment(config: ExperimentConfig, source: YamlSource) -> ExperimentP
                                                source, Callback, language_models)
                    for callback_id, spec in assignment.callback_dict.items()},
     )
+    if assignment.rollout.max_staleness > 0:
+        _check_overlapped_rollouts(plan)
+    return plan
+
+
+def _check_overlapped_rollouts(plan: ExperimentPlan) -> None:
+    """With rollout.max_staleness > 0 the next batch is sampled while the trainer's weights
+    change: the agent must sample from a copy of the policy (a rollout pool), and a
+    callback that drops stale samples must keep those one update old."""
+    staleness = plan.config.assignment_config.rollout.max_staleness
+    fields = constructor_fields(plan.agent.cls)
+    samplers = [plan.agent.parameters[name] for name in fields
+                if _is_language_model_type(fields[name][0]) and name in plan.agent.parameters]
+    in_process = [name for name in samplers
+                  if not plan.language_models[name].cls.holds_policy_copy]
+    if not samplers or in_process:
+        raise plan.source.error(
+            f"is {staleness}: the next batch is sampled while the trainer updates, so the "
+            f"agent must sample from a rollout pool (a copy of the policy in other "
+            f"processes); it samples from {in_process or 'no language model of this run'}",
+            ("assignment_config", "rollout", "max_staleness"))
+    for callback_id, callback in plan.callbacks.items():
+        fields = constructor_fields(callback.cls)
+        if "max_policy_staleness" not in fields:
+            continue
+        kept = callback.parameters.get("max_policy_staleness", fields["max_policy_staleness"][1])
+        if kept is not None and kept < staleness:
+            raise plan.source.error(
+                f"is {kept}, below rollout.max_staleness={staleness}: every sample of an "
+                f"overlapped batch would be dropped; set it to {staleness} (or null)",
+                ("assignment_config", "callback_dict", callback_id, "parameters",
+                 "max_policy_staleness"))
 
 
 @dataclass

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
 from collections.abc import Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from src.experiment.dynamic_sampling import fill_batch_with_spread
 from src.experiment.metrics import MetricsLog, episode_statistics, summarize
 from src.experiment.rollout import roll_out_lockstep
 from src.experiment.run_directory import RunDirectory, RunState
+from src.experiment.worker_thread import WorkerThread
 from src.records.episode import Episode, EpisodeRecord, Sample
 from src.storage.files import (
     JsonlLog,
@@ -182,8 +185,25 @@ class ExperimentLoop:
         return episodes, [] if skipped else trained, {
             **metrics, "batch/tries": float(attempt + 1), "batch/skipped": float(skipped)}
 
+    def _roll_out_ahead(self, thread: WorkerThread, sample_ids: Sequence[str],
+                        batch_index: int, total: int
+                        ) -> Future[tuple[list[Episode], list[Episode], dict[str, float]]]:
+        """Start rolling out `batch_index` in `thread` from the policy as it is now (the
+        samplers' copies brought up to date here, before the update changes it): its
+        samples are one update old when trained on, which each one's version records."""
+        self._serve_latest_policy()
+        logger.info("batch %d of %d: rolling out during the previous update",
+                    batch_index + 1, total)
+        return thread.submit(functools.partial(self.roll_out_within_fault_policy,
+                                               sample_ids, batch_index))
+
+    def _serve_latest_policy(self) -> None:
+        for language_model in self.components.language_models.values():
+            language_model.serve_latest_policy()
+
     # ---- evaluation ----------------------------------------------------------------
     def evaluate(self, step: int) -> dict[str, float]:
+        self._serve_latest_policy()  # whatever a pool's max_staleness: step `step`'s policy
         rollout = self.assignment.rollout
         stats = evaluate_on_validation(
             self.task, self.components.agent, self.assignment.evaluation.max_samples,
@@ -230,11 +250,22 @@ class ExperimentLoop:
         skipped_in_a_row = 0
         progress = tqdm(total=total, initial=state.completed_batches, unit="batch",
                         disable=not self.show_progress, dynamic_ncols=True)
+        # rollout.max_staleness 1: the next batch rolls out in this thread during the update
+        rollout_thread = WorkerThread("rollout-ahead") if assignment.rollout.max_staleness else None
+        ahead: Future[tuple[list[Episode], list[Episode], dict[str, float]]] | None = None
         try:
             for batch_index in range(state.completed_batches, total):
-                logger.info("batch %d of %d: rolling out", batch_index + 1, total)
-                episodes, trained, metrics = self.roll_out_within_fault_policy(
-                    schedule.batches[batch_index], batch_index)
+                if ahead is None:  # the first batch of a run or of its resumption
+                    logger.info("batch %d of %d: rolling out", batch_index + 1, total)
+                    episodes, trained, metrics = self.roll_out_within_fault_policy(
+                        schedule.batches[batch_index], batch_index)
+                else:
+                    episodes, trained, metrics = ahead.result()
+                    ahead = None
+                if rollout_thread is not None and batch_index + 1 < total:
+                    ahead = self._roll_out_ahead(rollout_thread,
+                                                 schedule.batches[batch_index + 1],
+                                                 batch_index + 1, total)
                 skipped_in_a_row = skipped_in_a_row + 1 if metrics["batch/skipped"] else 0
                 if skipped_in_a_row > assignment.rollout.faults.max_skipped_in_a_row:
                     raise RuntimeError(
@@ -254,6 +285,8 @@ class ExperimentLoop:
                     metrics.update(language_model.drain_metrics())
                 self.metrics.log(step, metrics)
                 if evaluation.every_n_batches and step % evaluation.every_n_batches == 0 or evaluation.at_end and step == total:
+                    if ahead is not None:  # the evaluation samples through the same agent
+                        wait([ahead])
                     self.evaluate(step)
 
                 for store, owner in zip(stores, owners, strict=True):
@@ -269,6 +302,9 @@ class ExperimentLoop:
                 progress.set_postfix(reward=f"{metrics.get('rollout/reward', 0.0):.3f}",
                                      success=f"{metrics.get('rollout/success_rate', 0.0):.2f}")
         finally:
+            if rollout_thread is not None:
+                # a batch still rolling out after a failure is dropped: never committed
+                rollout_thread.stop()
             progress.close()
             self.metrics.close()
             task.close()

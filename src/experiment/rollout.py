@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import functools
 import logging
-import queue
-import threading
 import traceback
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, TypeVar
 
 from src.agents.agent import Agent, AgentReply
 from src.callbacks.callback import Callback
 from src.configuration.assignment import FaultPolicy
+from src.experiment.worker_thread import WorkerThread
 from src.records.chat import Role
 from src.records.episode import Episode, EpisodeStatus, Outcome, Sample
 from src.tasks.task import Task
@@ -28,41 +26,28 @@ class _EnvironmentThread:
 
     One thread for all of an episode's calls (reset, steps, close), since resources such as
     a SQLite connection belong to the thread that opened them. A call past the bound raises
-    TimeoutError and leaves the thread behind: a thread cannot be killed, and a daemon one
-    never holds up the exit. Without a bound, calls run in the caller's thread.
+    TimeoutError and leaves the thread behind (a daemon: it never holds up the exit).
+    Without a bound, calls run in the caller's thread.
     """
 
     def __init__(self, name: str, timeout_s: float | None) -> None:
         self.timeout_s = timeout_s
         self.stuck = False
-        self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = (
-            queue.SimpleQueue())
-        if timeout_s is not None:
-            threading.Thread(target=self._serve, name=name, daemon=True).start()
-
-    def _serve(self) -> None:
-        while (item := self._calls.get()) is not None:
-            function, future = item
-            try:
-                future.set_result(function())
-            except BaseException as error:  # handed to the caller, which decides
-                future.set_exception(error)
+        self._worker = WorkerThread(name) if timeout_s is not None else None
 
     def call(self, function: Callable[[], T]) -> T:
-        if self.timeout_s is None:
+        if self._worker is None:
             return function()
-        future: Future[T] = Future()
-        self._calls.put((function, future))
         try:
-            return future.result(timeout=self.timeout_s)
+            return self._worker.submit(function).result(timeout=self.timeout_s)
         except FutureTimeoutError:
             self.stuck = True
             raise TimeoutError(f"the environment ran past step_timeout_s={self.timeout_s}"
                                ) from None
 
     def stop(self) -> None:
-        if self.timeout_s is not None:
-            self._calls.put(None)
+        if self._worker is not None:
+            self._worker.stop()
 
 
 def roll_out_lockstep(samples: Sequence[tuple[Sample, int]], task: Task[Any], agent: Agent,

@@ -76,6 +76,10 @@ class TokenBatch:
 class LanguageModel(ABC):
     """Anything that samples: an in-process model, a vLLM engine, a pool of them."""
 
+    # Whether it samples from its own copy of a trainer's policy (a pool's engines), so
+    # that sampling can go on while the trainer's weights change.
+    holds_policy_copy: ClassVar[bool] = False
+
     @property
     @abstractmethod
     def tokenizer(self):  # a transformers tokenizer with a chat template
@@ -114,6 +118,12 @@ class LanguageModel(ABC):
         tokenizer = self.tokenizer
         ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
         return tuple(sorted(ids))
+
+    def serve_latest_policy(self) -> None:
+        """Sample from the trainer's current weights from the next call on (a copy of the
+        policy is brought up to date; a model that samples its own weights has nothing
+        to do)."""
+        return None
 
     def drain_metrics(self) -> dict[str, float]:
         """What the model measured since the last call (engine syncs, restarts), to log."""

@@ -153,6 +153,9 @@ class RLTrainingCallback(Callback):
                      for e in episodes]
         metrics: dict[str, float] = {
             "policy_staleness/max": float(max(staleness, default=0)),
+            # the histogram: how many of the batch's episodes were s updates old
+            **{f"policy_staleness/episodes_at_{s}": float(staleness.count(s))
+               for s in sorted(set(staleness))},
             "failed_episodes/dropped": float(sum(e.status.failed for e in batch.episodes))}
         if self.max_policy_staleness is not None:
             fresh = [e for e, s in zip(episodes, staleness, strict=True)

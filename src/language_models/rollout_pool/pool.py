@@ -96,6 +96,8 @@ class EngineFailure(RuntimeError):
 
 
 class RolloutPool(LanguageModel):
+    holds_policy_copy = True
+
     def __init__(
         self,
         trainer: TrainableLanguageModel,
@@ -315,11 +317,19 @@ class RolloutPool(LanguageModel):
 
     # ---- weight sync ---------------------------------------------------------------
     def _sync_if_stale(self) -> None:
+        version = self.trainer.policy_version
+        if self._served_version is None or version - self._served_version > self.max_staleness:
+            self._sync(version)
+
+    def serve_latest_policy(self) -> None:
+        version = self.trainer.policy_version
+        if self._served_version != version:
+            self._sync(version)
+
+    def _sync(self, version: int) -> None:
+        """Send the trainer's adapter, as of `version`, to every engine."""
         import ray
 
-        version = self.trainer.policy_version
-        if self._served_version is not None and version - self._served_version <= self.max_staleness:
-            return
         started = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="agent-rl-adapter-") as folder:
             self.trainer.save_adapter(Path(folder))

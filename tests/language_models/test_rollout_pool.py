@@ -118,3 +118,10 @@ def test_a_later_turn_goes_back_to_the_engine_that_holds_its_prefix(ray_cluster,
         shares = pool._assign(follow_ups)
         for engine, indices in enumerate(shares):
             assert all(owners[3 - index] == engine for index in indices)
+
+
+def test_colocation_needs_the_trainer_on_a_gpu(trainer):
+    # refused before any actor starts: a CPU trainer has no GPU to share
+    with pytest.raises(ValueError, match="trainer's GPU, but the trainer is on cpu"):
+        RolloutPool(trainer, engine="hf", num_engines=1, gpus_per_engine=1,
+                    colocate_with_trainer=True)

@@ -18,6 +18,11 @@ def gpus_of(device: torch.device) -> set[int]:
     return {device.index if device.index is not None else torch.cuda.current_device()}
 
 
+def all_gpus() -> set[int]:
+    """The indices of the GPUs this process sees."""
+    return set(range(torch.cuda.device_count()))
+
+
 def connect_ray(num_cpus: int, address: str | None = None,
                 hidden_gpus: Set[int] = frozenset()) -> bool:
     """Join the cluster at `address`, or start a local one with at least `num_cpus` CPUs
@@ -35,8 +40,7 @@ def connect_ray(num_cpus: int, address: str | None = None,
         return True
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if hidden_gpus:
-        ids = visible.split(",") if visible else [str(i) for i in range(
-            torch.cuda.device_count())]
+        ids = visible.split(",") if visible else [str(i) for i in sorted(all_gpus())]
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(
             gpu for index, gpu in enumerate(ids) if index not in hidden_gpus)
     try:

@@ -6,6 +6,11 @@ by more than `max_staleness` updates: the trainer saves its adapter (PEFT format
 files go to every engine through Ray's object store, and each engine serves them from
 its next request on. Every sampled token carries the version that produced it.
 
+Placement: engines take GPUs the trainer does not hold; with `colocate_with_trainer` they
+share the trainer's one GPU instead (the engine's memory share is its own setting, e.g.
+vLLM's `gpu_memory_utilization`). Either applies to a cluster the pool starts, not to one
+it joins (`ray_address`) or finds running.
+
 Failures: an engine whose actor dies, or that does not answer within
 `request_timeout_s`, is replaced by a fresh actor with the current adapter and its
 requests are sent again with the same seed; after `max_restarts` replacements the pool
@@ -40,7 +45,7 @@ from src.language_models.language_model import (
     SamplingParams,
     TrainableLanguageModel,
 )
-from src.language_models.rollout_pool.cluster import connect_ray, gpus_of
+from src.language_models.rollout_pool.cluster import all_gpus, connect_ray, gpus_of
 from src.language_models.rollout_pool.engine_actor import EngineActor
 
 logger = logging.getLogger(__name__)
@@ -113,9 +118,18 @@ class RolloutPool(LanguageModel):
         start_timeout_s: float = 600.0,
         max_restarts: int = 3,
         verify_sync: bool = True,
+        colocate_with_trainer: bool = False,
     ) -> None:
         if num_engines < 1:
             raise ValueError(f"num_engines must be at least 1, got {num_engines}")
+        if colocate_with_trainer and trainer.device.type != "cuda":
+            raise ValueError(f"colocate_with_trainer puts the engines on the trainer's GPU, "
+                             f"but the trainer is on {trainer.device}")
+        if colocate_with_trainer and gpus_per_engine * tensor_parallel_size < 1:
+            raise ValueError("colocate_with_trainer needs gpus_per_engine: 1: Ray hands an "
+                             "engine the trainer's GPU only when it asks for one (how much "
+                             "of its memory the engine takes is the engine's own setting, "
+                             "e.g. vLLM's gpu_memory_utilization in engine_parameters)")
         self.engine_class = engine_class(engine)
         if tensor_parallel_size > 1 and not self.engine_class.supports_tensor_parallel:
             raise ValueError(f"tensor_parallel_size > 1 needs an engine that shards over GPUs "
@@ -138,8 +152,12 @@ class RolloutPool(LanguageModel):
         # sequence -> engine that produced it: a later turn goes where its prefix is cached
         self._affinity: dict[tuple[int, ...], int] = {}
         self._affinity_lengths: set[int] = set()
-        self._started_ray = connect_ray(num_engines * cpus_per_engine, ray_address,
-                                        gpus_of(trainer.device))
+        # Engines go on GPUs the trainer does not hold, or, colocated, on the trainer's
+        # own GPU and no other (the seed's one-GPU shape: vLLM beside the trainer).
+        trainer_gpus = gpus_of(trainer.device)
+        self._started_ray = connect_ray(
+            num_engines * cpus_per_engine, ray_address,
+            all_gpus() - trainer_gpus if colocate_with_trainer else trainer_gpus)
         self._placement_groups: list[Any] = []
         self._actors = [self._start_actor() for _ in range(num_engines)]
         self._wait_until_started(list(range(num_engines)))

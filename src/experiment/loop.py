@@ -6,6 +6,7 @@ import functools
 import json
 import logging
 import random
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
@@ -171,6 +172,7 @@ class ExperimentLoop:
         """`roll_out_batch`, once more with other seeds when more than the policy's share
         of its episodes failed; if the second try fails too, nothing is trained on."""
         faults = self.assignment.rollout.faults
+        started = time.perf_counter()
         for attempt in range(2):
             torch.manual_seed(_episode_seed(self.assignment.random_seed, batch_index,
                                             attempt * RETRY_SLOTS))
@@ -183,7 +185,8 @@ class ExperimentLoop:
                            100 * failed_share)
         skipped = failed_share > faults.max_failed_share
         return episodes, [] if skipped else trained, {
-            **metrics, "batch/tries": float(attempt + 1), "batch/skipped": float(skipped)}
+            **metrics, "batch/tries": float(attempt + 1), "batch/skipped": float(skipped),
+            "time/rollout_seconds": time.perf_counter() - started}
 
     def _roll_out_ahead(self, thread: WorkerThread, sample_ids: Sequence[str],
                         batch_index: int, total: int
@@ -255,6 +258,7 @@ class ExperimentLoop:
         ahead: Future[tuple[list[Episode], list[Episode], dict[str, float]]] | None = None
         try:
             for batch_index in range(state.completed_batches, total):
+                started = time.perf_counter()
                 if ahead is None:  # the first batch of a run or of its resumption
                     logger.info("batch %d of %d: rolling out", batch_index + 1, total)
                     episodes, trained, metrics = self.roll_out_within_fault_policy(
@@ -262,6 +266,8 @@ class ExperimentLoop:
                 else:
                     episodes, trained, metrics = ahead.result()
                     ahead = None
+                # what the trainer waited for sampling (with overlap: the part not hidden)
+                metrics["time/waiting_for_rollout_seconds"] = time.perf_counter() - started
                 if rollout_thread is not None and batch_index + 1 < total:
                     ahead = self._roll_out_ahead(rollout_thread,
                                                  schedule.batches[batch_index + 1],
@@ -279,8 +285,10 @@ class ExperimentLoop:
                 metrics.update(episode_statistics(records, prefix="rollout/"))
                 metrics.update(task_metrics(records, "rollout/"))
                 context = BatchContext(batch_index, trained, group_size)
+                updating = time.perf_counter()
                 for callback in callbacks.values():
                     metrics.update(callback.on_batch_end(context))
+                metrics["time/update_seconds"] = time.perf_counter() - updating
                 for language_model in self.components.language_models.values():
                     metrics.update(language_model.drain_metrics())
                 self.metrics.log(step, metrics)

@@ -165,8 +165,9 @@ def plan_experiment(config: ExperimentConfig, source: YamlSource) -> ExperimentP
 
 def _check_overlapped_rollouts(plan: ExperimentPlan) -> None:
     """With rollout.max_staleness > 0 the next batch is sampled while the trainer's weights
-    change: the agent must sample from a copy of the policy (a rollout pool), and a
-    callback that drops stale samples must keep those one update old."""
+    change: the agent must sample from a copy of the policy (a rollout pool) and keep no
+    state of its own, and a callback that drops stale samples must keep those one update
+    old."""
     staleness = plan.config.assignment_config.rollout.max_staleness
     fields = constructor_fields(plan.agent.cls)
     samplers = [plan.agent.parameters[name] for name in fields
@@ -178,6 +179,12 @@ def _check_overlapped_rollouts(plan: ExperimentPlan) -> None:
             f"is {staleness}: the next batch is sampled while the trainer updates, so the "
             f"agent must sample from a rollout pool (a copy of the policy in other "
             f"processes); it samples from {in_process or 'no language model of this run'}",
+            ("assignment_config", "rollout", "max_staleness"))
+    if plan.agent.cls.save_state is not Agent.save_state:
+        raise plan.source.error(
+            f"is {staleness}, but agent '{plan.agent.name}' keeps state learnt from episodes "
+            f"(it saves state with each batch), and the batch sampled ahead would reach it "
+            f"before its batch is committed; use max_staleness 0 with this agent",
             ("assignment_config", "rollout", "max_staleness"))
     for callback_id, callback in plan.callbacks.items():
         fields = constructor_fields(callback.cls)

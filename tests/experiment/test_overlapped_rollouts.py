@@ -83,6 +83,15 @@ def test_overlap_with_a_callback_that_drops_stale_samples_is_refused(
     _plan(_write(tmp_path, tiny_model_path, kept="null")[0])  # keeps every sample
 
 
+def test_overlap_with_an_agent_that_learns_from_episodes_is_refused(
+        tmp_path: Path, tiny_model_path: Path) -> None:
+    config, _ = _write(tmp_path, tiny_model_path)
+    config.write_text(config.read_text().replace("name: lora_rl_agent",
+                                                 "name: experience_replay_agent"))
+    with pytest.raises(ConfigError, match="keeps state learnt from episodes"):
+        _plan(config)
+
+
 def _command(config: Path) -> list[str]:
     return [sys.executable, str(PROJECT_ROOT / "src" / "run_experiment.py"),
             "--config_path", str(config), "--no_progress"]

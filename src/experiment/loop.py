@@ -126,6 +126,12 @@ class ExperimentLoop:
         self.metrics = MetricsLog(run.path, assignment.trackers)
         # the task family, built once: every episode of the run is one of its environments
         self.task: Task[Any] = components.make_task()
+        if assignment.rollout.max_staleness and self.task.learns_from_episodes:
+            raise ValueError(
+                f"assignment_config.rollout.max_staleness is {assignment.rollout.max_staleness}, "
+                f"but the task {type(self.task).__name__} keeps a memory learnt from episodes, "
+                "which the batch sampled ahead would reach before that batch is committed; "
+                "use max_staleness 0 with it (or turn its memory off)")
 
     # ---- episodes ------------------------------------------------------------------
     def run_episodes(self, samples: Sequence[tuple[Sample, int]], batch_index: int,

@@ -109,6 +109,12 @@ class Task(ABC, Generic[EpisodeT]):
         self._score_group(episodes)
 
     # ---- state and resources -------------------------------------------------------
+    @property
+    def learns_from_episodes(self) -> bool:
+        """Whether the family keeps state learnt from finished episodes (a memory that
+        later prompts read), which a resumed run restores."""
+        return False
+
     def save_state(self, directory: Path) -> None:
         """Write what a resumed run needs (state learnt from episodes) into `directory`
         (empty, created by the loop and renamed into place atomically afterwards)."""

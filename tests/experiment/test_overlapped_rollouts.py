@@ -138,3 +138,26 @@ def test_overlapped_run_is_one_update_stale_and_resumes_without_loss_or_repeat(
         stale = 0 if row["step"] - 1 in (0, killed_at) else 1
         assert row[f"policy_staleness/episodes_at_{stale}"] == 4.0
         assert row["policy_staleness/dropped"] == 0.0
+
+
+@pytest.mark.parametrize("few_shot_examples", [0, 2])
+def test_overlap_with_a_task_memory_is_refused(tmp_path: Path, few_shot_examples: int) -> None:
+    from src.configuration.assignment import AssignmentConfig
+    from src.experiment.assembly import Components
+    from src.experiment.loop import ExperimentLoop
+    from src.experiment.run_directory import RunDirectory
+    from src.tasks.instance.econ.task import EconDecisionTask
+
+    assignment = AssignmentConfig.model_validate({
+        "task": {"name": "econ_decision"}, "agent": {"name": "oracle_agent"},
+        "output_dir": str(tmp_path), "rollout": {"max_staleness": 1}})
+    components = Components(
+        make_task=lambda: EconDecisionTask(num_train=4, num_validation=2, num_economies=1,
+                                           num_households=10, months=12,
+                                           few_shot_examples=few_shot_examples),
+        agent=None, language_models={}, callbacks={})  # type: ignore[arg-type]
+    if few_shot_examples == 0:  # no memory: nothing the batch ahead could reach early
+        ExperimentLoop(assignment, components, RunDirectory(tmp_path)).task.close()
+        return
+    with pytest.raises(ValueError, match="keeps a memory learnt from episodes"):
+        ExperimentLoop(assignment, components, RunDirectory(tmp_path))

@@ -171,6 +171,10 @@ class EconDecisionTask(Task["EconEpisode"]):
                     consumption=decision["consumption"],
                     advantage=episode.info["metric/reward_vs_rule"]))
 
+    @property
+    def learns_from_episodes(self) -> bool:
+        return self.memory is not None
+
     def save_state(self, directory: Path) -> None:
         if self.memory is not None:
             self.memory.save(directory / MEMORY_FILE)

@@ -79,7 +79,7 @@ class RolloutConfig(StrictModel):
     batch_size: PositiveInt = 4
     group_size: PositiveInt = 1
     num_epochs: PositiveInt = 1
-    max_batches: PositiveInt | None = None
+    max_batches: NonNegativeInt | None = None  # 0: no batches, only the evaluation at the start
     dynamic_sampling: DynamicSamplingConfig | None = None
     max_staleness: int = Field(default=0, ge=0, le=1)
     faults: FaultPolicy = Field(default_factory=FaultPolicy)

@@ -31,8 +31,9 @@ def end_of_run_report(output_dir: Path) -> str:
     rows = load_metrics(output_dir)
     evaluated = [row for row in rows if SUCCESS in row and row.get(EPISODES, 0) > 0]
     if evaluated:
-        lines = [f"evaluation (validation split, success, 95% Wilson interval): "
-                 f"{describe_success(evaluated[0])} -> {describe_success(evaluated[-1])}"]
+        figures = " -> ".join(describe_success(row) for row in (
+            evaluated[:1] if len(evaluated) == 1 else (evaluated[0], evaluated[-1])))
+        lines = [f"evaluation (validation split, success, 95% Wilson interval): {figures}"]
     else:
         lines = ["evaluation: none logged (set evaluation.at_start / at_end / every_n_batches)"]
     for marker in sorted(output_dir.glob("*/*/best/best.json")) + sorted(

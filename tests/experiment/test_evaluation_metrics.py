@@ -24,3 +24,18 @@ def test_oracle_run_logs_accuracy_format_rate_and_length(tmp_path: Path) -> None
     assert len(episodes) == 8 and all(e["outcome"] == "correct" for e in episodes)
     training = [row for row in rows if "rollout/accuracy" in row]
     assert len(training) == 4 and all(row["rollout/success_rate"] == 1.0 for row in training)
+
+
+def test_zero_batches_only_evaluate(tmp_path: Path, capsys) -> None:
+    text = (PROJECT_ROOT / "configs" / "assignments" / "smoke_oracle_math.yaml").read_text()
+    config = tmp_path / "evaluate.yaml"
+    config.write_text(text.replace("num_epochs: 1}", "num_epochs: 1, max_batches: 0}")
+                      .replace("evaluation: {at_end: true}", "evaluation: {at_start: true}"))
+    output = tmp_path / "run"
+    assert main(["--config_path", str(config), "--output_dir", str(output),
+                 "--no_progress"]) == 0
+    rows = [json.loads(line) for line in (output / "metrics.jsonl").open()]
+    assert [row["step"] for row in rows] == [0] and rows[0]["eval/accuracy"] == 1.0
+    assert (output / "runs.jsonl").read_text() == ""  # no training episode
+    assert json.loads((output / "run_state.json").read_text())["finished"]
+    assert "100.0% [67.6, 100.0] (8/8) at step 0\n" in capsys.readouterr().out

@@ -10,16 +10,18 @@ import pytest
 from src.tasks.instance.econ.decision_table import decision_statistics, decision_table
 
 
-def episode(reward: float, work: float | None = None, consumption: float = 0.0) -> dict:
+def episode(reward: float, work: float | None = None, consumption: float = 0.0,
+            vs_rule: float = 0.0) -> dict:
     parsed = work is not None
-    info = {"metric/json_parse_success": float(parsed)}
+    info: dict = {"metric/json_parse_success": float(parsed)}
     if parsed:
         info["econ/decisions"] = [{"household": 0, "work": work, "consumption": consumption}]
+        info["metric/reward_vs_rule"] = vs_rule
     return {"reward": reward, "info": info}
 
 
 def test_statistics_by_hand() -> None:
-    stats = decision_statistics([episode(0.5, 1.0, 0.2), episode(0.7, 0.0, 0.4),
+    stats = decision_statistics([episode(0.5, 1.0, 0.2, -0.1), episode(0.7, 0.0, 0.4, 0.05),
                                  episode(-1.0), episode(-1.0)])
     assert stats["JSON parse success"] == 0.5
     assert stats["share of reward -1.0"] == 0.5
@@ -27,6 +29,7 @@ def test_statistics_by_hand() -> None:
     assert stats["std of consumption"] == pytest.approx(0.14142, abs=1e-5)
     assert stats["mean reward"] == pytest.approx(-0.2)
     assert stats["mean reward (parsed)"] == pytest.approx(0.6)
+    assert stats["rule policy (same states)"] == pytest.approx((0.6 + 0.65) / 2)
 
 
 def test_table_compares_first_and_last_evaluation(tmp_path: Path) -> None:

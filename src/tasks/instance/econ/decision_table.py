@@ -4,7 +4,9 @@ python -m src.tasks.instance.econ.decision_table OUTPUT_DIR
 
 For the first and the last evaluation (`evaluation/step-NNNNNN.jsonl`): JSON parse
 success, share of -1.0 rewards, std of the work and of the consumption decisions (parsed
-replies), mean reward (format failures included) and mean reward of parsed replies.
+replies), mean reward (format failures included), mean reward of parsed replies and the
+rule policy's mean reward on the same states (each parsed episode's reward less its
+`metric/reward_vs_rule`), which the parsed replies' mean is to be read against.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from src.tasks.instance.econ.task import FORMAT_FAILURE_REWARD
 
 COLUMNS = ("JSON parse success", "share of reward -1.0", "std of work", "std of consumption",
-           "mean reward", "mean reward (parsed)")
+           "mean reward", "mean reward (parsed)", "rule policy (same states)")
 
 
 def decision_statistics(episodes: list[dict]) -> dict[str, float]:
@@ -31,6 +33,7 @@ def decision_statistics(episodes: list[dict]) -> dict[str, float]:
         return statistics.stdev(values) if len(values) > 1 else 0.0
 
     rewards = [e["reward"] for e in episodes]
+    rule_rewards = [e["reward"] - e["info"]["metric/reward_vs_rule"] for e in parsed]
     return {
         "JSON parse success": len(parsed) / len(episodes),
         "share of reward -1.0": sum(r == FORMAT_FAILURE_REWARD for r in rewards) / len(rewards),
@@ -39,6 +42,8 @@ def decision_statistics(episodes: list[dict]) -> dict[str, float]:
         "mean reward": statistics.fmean(rewards),
         "mean reward (parsed)": (statistics.fmean(e["reward"] for e in parsed)
                                  if parsed else float("nan")),
+        "rule policy (same states)": (statistics.fmean(rule_rewards) if parsed
+                                      else float("nan")),
     }
 
 

@@ -1,0 +1,91 @@
+"""How much room the rule policy leaves: the best decision on the grid, in hindsight.
+
+python -m src.tasks.instance.econ.headroom CONFIG_YAML [--split validation]
+
+The rule policy (`rule_policy`) expects this month's price to hold, goods not to run short
+and the redistribution to repeat; the reward steps the month as simulated. For each sample
+of a split this evaluates the reward of every reply the parser can produce (work 0 or 1,
+since the reward is linear in the work propensity, and each of the 51 consumption shares),
+with the month's own draws, and prints the means of the rule policy's reward, of the best
+reply in hindsight and of their gap. The gap is an upper bound on what any policy can gain
+over the rule on those states; a run's "mean parsed reward above the rule" must be read
+against it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from src.records.episode import Sample
+from src.tasks.instance.econ.reward import household_rewards
+from src.tasks.instance.econ.rule_policy import PROPENSITY_GRID, rule_decisions
+from src.tasks.instance.econ.simulation import month_draws
+from src.tasks.instance.econ.task import EconDecisionTask
+
+
+@dataclass(frozen=True)
+class SampleHeadroom:
+    sample_id: str
+    rule_reward: float
+    best_reward: float
+    best_work: float
+    best_consumption: float
+
+
+def sample_headroom(task: EconDecisionTask, sample: Sample) -> SampleHeadroom:
+    """The rule policy's reward and the best grid reply's, for a one-household sample."""
+    households = sample.data["households"]
+    if len(households) != 1:
+        raise ValueError(f"sample {sample.sample_id}: headroom is computed for one household "
+                         f"a sample, this one asks for {len(households)}")
+    state = task.sample_state(sample)
+    draws = month_draws(sample.data["economy_seed"], sample.data["month"], task.num_households)
+    rule = rule_decisions(state, task.utility)
+    rule_reward = float(household_rewards(state, draws, rule, households, task.utility)[0])
+    rewards = np.array([[household_rewards(state, draws,
+                                           rule.with_decision(households[0], work, share),
+                                           households, task.utility)[0]
+                         for share in PROPENSITY_GRID] for work in (0.0, 1.0)])
+    work_index, share_index = np.unravel_index(int(np.argmax(rewards)), rewards.shape)
+    return SampleHeadroom(sample_id=sample.sample_id, rule_reward=rule_reward,
+                          best_reward=float(rewards[work_index, share_index]),
+                          best_work=float(work_index),
+                          best_consumption=float(PROPENSITY_GRID[share_index]))
+
+
+def task_from_config(config_path: Path) -> EconDecisionTask:
+    """The econ task of an assignment or supervised config (or a run's saved config.yaml)."""
+    document = yaml.safe_load(config_path.read_text())
+    sections = [value for value in document.values()
+                if isinstance(value, dict) and isinstance(value.get("task"), dict)]
+    if len(sections) != 1 or sections[0]["task"].get("name") != "econ_decision":
+        raise ValueError(f"{config_path}: expected one config section whose task is "
+                         "econ_decision")
+    return EconDecisionTask(**(sections[0]["task"].get("parameters") or {}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config_path", type=Path)
+    parser.add_argument("--split", default="validation", choices=("train", "validation"))
+    arguments = parser.parse_args()
+    task = task_from_config(arguments.config_path)
+    rows = [sample_headroom(task, task.get_sample(sample_id))
+            for sample_id in task.sample_ids(arguments.split)]
+    gaps = [row.best_reward - row.rule_reward for row in rows]
+    print(f"{len(rows)} {arguments.split} states: rule policy "
+          f"{statistics.fmean(r.rule_reward for r in rows):.4f}, best reply in hindsight "
+          f"{statistics.fmean(r.best_reward for r in rows):.4f}; gap mean {statistics.fmean(gaps):.4f}, "
+          f"max {max(gaps):.4f}; the rule is the best reply on "
+          f"{sum(g <= 1e-12 for g in gaps)} of {len(rows)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""The rule policy's headroom: the best grid reply in hindsight, checked through the episode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from src.tasks.instance.econ.headroom import sample_headroom, task_from_config
+from src.tasks.instance.econ.reply_parser import Decision
+from src.tasks.instance.econ.task import EconDecisionTask
+from tests.tasks.econ.test_task import SMALL, run
+
+
+def test_the_best_reply_scores_its_reward_through_the_episode_and_is_at_least_the_rule() -> None:
+    task = EconDecisionTask(**SMALL)
+    for sample_id in task.sample_ids("validation"):
+        headroom = sample_headroom(task, task.get_sample(sample_id))
+        assert headroom.best_reward >= headroom.rule_reward  # the rule's reply is on the grid
+        reply = Decision(work=headroom.best_work,
+                         consumption=headroom.best_consumption).to_json()
+        episode = run(task, sample_id, [reply])
+        assert episode.reward == pytest.approx(headroom.best_reward, abs=1e-12)
+        assert episode.info["metric/reward_vs_rule"] == pytest.approx(
+            headroom.best_reward - headroom.rule_reward, abs=1e-12)
+
+
+def test_several_households_a_sample_are_refused_by_name() -> None:
+    task = EconDecisionTask(**SMALL, households_per_sample=2)
+    sample_id = task.sample_ids("train")[0]
+    with pytest.raises(ValueError, match=f"{sample_id}.*asks for 2"):
+        sample_headroom(task, task.get_sample(sample_id))
+
+
+def test_the_task_comes_from_either_kind_of_config(tmp_path: Path) -> None:
+    for section in ("assignment_config", "supervised_training_config"):
+        path = tmp_path / f"{section}.yaml"
+        path.write_text(yaml.safe_dump({section: {
+            "output_dir": "x", "task": {"name": "econ_decision", "parameters": SMALL}}}))
+        assert task_from_config(path).num_households == SMALL["num_households"]
+    path = tmp_path / "math.yaml"
+    path.write_text(yaml.safe_dump({"assignment_config": {"task": {"name": "math"}}}))
+    with pytest.raises(ValueError, match="econ_decision"):
+        task_from_config(path)

@@ -24,6 +24,10 @@ def test_the_best_reply_scores_its_reward_through_the_episode_and_is_at_least_th
         assert episode.reward == pytest.approx(headroom.best_reward, abs=1e-12)
         assert episode.info["metric/reward_vs_rule"] == pytest.approx(
             headroom.best_reward - headroom.rule_reward, abs=1e-12)
+        rule_reply = Decision(work=headroom.rule_work,
+                              consumption=headroom.rule_consumption).to_json()
+        rule_episode = run(task, sample_id, [rule_reply])
+        assert rule_episode.info["metric/reward_vs_rule"] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_several_households_a_sample_are_refused_by_name() -> None:

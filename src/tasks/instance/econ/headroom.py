@@ -7,7 +7,8 @@ and the redistribution to repeat; the reward steps the month as simulated. For e
 of a split this evaluates the reward of every reply the parser can produce (work 0 or 1,
 since the reward is linear in the work propensity, and each of the 51 consumption shares),
 with the month's own draws, and prints the means of the rule policy's reward, of the best
-reply in hindsight and of their gap. The gap is an upper bound on what any policy can gain
+reply in hindsight and of their gap, and the spread of the rule's own decisions (the
+yardstick for a trained policy's std of work and consumption). The gap is an upper bound on what any policy can gain
 over the rule on those states; a run's "mean parsed reward above the rule" must be read
 against it.
 """
@@ -32,6 +33,8 @@ from src.tasks.instance.econ.task import EconDecisionTask
 @dataclass(frozen=True)
 class SampleHeadroom:
     sample_id: str
+    rule_work: float
+    rule_consumption: float
     rule_reward: float
     best_reward: float
     best_work: float
@@ -53,7 +56,10 @@ def sample_headroom(task: EconDecisionTask, sample: Sample) -> SampleHeadroom:
                                            households, task.utility)[0]
                          for share in PROPENSITY_GRID] for work in (0.0, 1.0)])
     work_index, share_index = np.unravel_index(int(np.argmax(rewards)), rewards.shape)
-    return SampleHeadroom(sample_id=sample.sample_id, rule_reward=rule_reward,
+    return SampleHeadroom(sample_id=sample.sample_id,
+                          rule_work=float(rule.work[households[0]]),
+                          rule_consumption=float(rule.consumption[households[0]]),
+                          rule_reward=rule_reward,
                           best_reward=float(rewards[work_index, share_index]),
                           best_work=float(work_index),
                           best_consumption=float(PROPENSITY_GRID[share_index]))
@@ -84,7 +90,9 @@ def main() -> None:
           f"{statistics.fmean(r.rule_reward for r in rows):.4f}, best reply in hindsight "
           f"{statistics.fmean(r.best_reward for r in rows):.4f}; gap mean {statistics.fmean(gaps):.4f}, "
           f"max {max(gaps):.4f}; the rule is the best reply on "
-          f"{sum(g <= 1e-12 for g in gaps)} of {len(rows)}")
+          f"{sum(g <= 1e-12 for g in gaps)} of {len(rows)}; the rule's std of work "
+          f"{statistics.stdev(r.rule_work for r in rows):.3f}, of consumption "
+          f"{statistics.stdev(r.rule_consumption for r in rows):.3f}")
 
 
 if __name__ == "__main__":

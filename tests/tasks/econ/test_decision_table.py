@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
+import yaml
 
-from src.tasks.instance.econ.decision_table import decision_statistics, decision_table
+from src.tasks.instance.econ.decision_table import (
+    decision_statistics,
+    decision_table,
+    rule_agreement,
+)
+from src.tasks.instance.econ.rule_policy import rule_decisions
+from src.tasks.instance.econ.task import EconDecisionTask
+from tests.tasks.econ.test_task import SMALL
 
 
 def episode(reward: float, work: float | None = None, consumption: float = 0.0,
@@ -36,11 +45,63 @@ def test_table_compares_first_and_last_evaluation(tmp_path: Path) -> None:
     folder = tmp_path / "evaluation"
     folder.mkdir()
     for step, rows in ((0, [episode(-1.0), episode(0.5, 1.0, 0.5)]),
+                       (20, [episode(-1.0), episode(-1.0)]),
                        (40, [episode(0.6, 1.0, 0.4), episode(0.8, 0.0, 0.6)])):
         (folder / f"step-{step:06d}.jsonl").write_text(
             "".join(json.dumps(row) + "\n" for row in rows))
     lines = decision_table(tmp_path).splitlines()
     assert lines[2].startswith("| first: step-000000, 2 episodes | 0.500 | 0.500 |")
     assert lines[3].startswith("| last: step-000040, 2 episodes | 1.000 | 0.000 |")
+    assert len(lines) == 4
+    every = decision_table(tmp_path, every=True).splitlines()
+    assert [line.split(",")[0] for line in every[2:]] == [
+        "| step-000000", "| step-000020", "| step-000040"]
+    assert every[3].startswith("| step-000020, 2 episodes | 0.000 | 1.000 |")
     with pytest.raises(FileNotFoundError, match="at least two evaluations"):
         decision_table(tmp_path / "none")
+
+
+def rule_episodes(task: EconDecisionTask, consumption_of=None) -> list[dict]:
+    """One parsed episode per train state, replying the rule's decision (or another
+    consumption)."""
+    episodes = []
+    for sample_id in task.sample_ids("train"):
+        sample = task.get_sample(sample_id)
+        household = sample.data["households"][0]
+        rule = rule_decisions(task.sample_state(sample), task.utility)
+        consumption = float(rule.consumption[household])
+        row = episode(0.5, float(rule.work[household]),
+                      consumption if consumption_of is None else consumption_of(consumption))
+        row["sample_id"] = sample_id
+        row["info"]["econ/decisions"][0]["household"] = household
+        episodes.append(row)
+    return episodes
+
+
+def test_replies_are_compared_with_the_rule_on_their_own_states() -> None:
+    task = EconDecisionTask(**SMALL)
+    following = rule_agreement(rule_episodes(task), task)
+    assert following == {"work on the rule's side": 1.0,
+                         "corr. of consumption with the rule's": pytest.approx(1.0)}
+    against = rule_agreement(rule_episodes(task, lambda c: 1.0 - c), task)
+    assert against["corr. of consumption with the rule's"] == pytest.approx(-1.0)
+    constant = rule_agreement(rule_episodes(task, lambda c: 0.4), task)
+    assert math.isnan(constant["corr. of consumption with the rule's"])
+    unparsed = rule_agreement([{"reward": -1.0, "info": {"metric/json_parse_success": 0.0}}],
+                              task)
+    assert all(math.isnan(value) for value in unparsed.values())
+
+
+def test_the_table_against_the_rule_reads_the_runs_config(tmp_path: Path) -> None:
+    task = EconDecisionTask(**SMALL)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"assignment_config": {
+        "output_dir": "x", "task": {"name": "econ_decision", "parameters": SMALL}}}))
+    folder = tmp_path / "evaluation"
+    folder.mkdir()
+    for step, rows in ((0, rule_episodes(task, lambda c: 0.4)), (10, rule_episodes(task))):
+        (folder / f"step-{step:06d}.jsonl").write_text(
+            "".join(json.dumps(row) + "\n" for row in rows))
+    lines = decision_table(tmp_path, against_rule=True).splitlines()
+    assert lines[0].endswith("| work on the rule's side | corr. of consumption with the rule's |")
+    assert lines[2].endswith("| 1.000 | nan |")
+    assert lines[3].endswith("| 1.000 | 1.000 |")

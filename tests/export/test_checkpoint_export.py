@@ -113,7 +113,7 @@ def test_the_merged_folder_loads_in_vllm(tiny_vllm_model_path: Path, tmp_path: P
     result = subprocess.run(
         [sys.executable, "-c", VLLM_SCORE, str(tmp_path / "export" / "merged"),
          json.dumps(INPUT_IDS)], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, result.stdout[-1000:] + result.stderr[-3000:]
     line = next(line for line in result.stdout.splitlines() if line.startswith("LOGPROBS"))
     served = json.loads(line.removeprefix("LOGPROBS "))[0][1:]  # the first token: 0.0
     assert len(served) == len(INPUT_IDS[0]) - 1

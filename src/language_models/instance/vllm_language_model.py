@@ -60,6 +60,13 @@ class VLLMLanguageModel(InferenceEngine):
         self._tokenizer = self._engine.get_tokenizer()
         self._lora_request = None
 
+    def close(self) -> None:
+        # Stop the engine core (its process and the thread reading its sockets) now: left
+        # to interpreter exit, its teardown can race the exit and abort the process.
+        if self._engine is not None:
+            self._engine.llm_engine.engine_core.shutdown()
+            self._engine = None
+
     @classmethod
     def parameters_for_pool(cls, trainer: TrainableLanguageModel,
                             placement: EnginePlacement) -> dict[str, Any]:

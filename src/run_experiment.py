@@ -92,7 +92,8 @@ def run_command(arguments: argparse.Namespace) -> int:
             for language_model in components.language_models.values():
                 language_model.close()
         report = end_of_run_report(run.path)
-    print(json.dumps(summary["overall"], indent=2))
+    if summary["overall"]:  # empty when the run only evaluated (max_batches 0)
+        print(json.dumps(summary["overall"], indent=2))
     print(report)
     return 0
 

@@ -38,4 +38,6 @@ def test_zero_batches_only_evaluate(tmp_path: Path, capsys) -> None:
     assert [row["step"] for row in rows] == [0] and rows[0]["eval/accuracy"] == 1.0
     assert (output / "runs.jsonl").read_text() == ""  # no training episode
     assert json.loads((output / "run_state.json").read_text())["finished"]
-    assert "100.0% [67.6, 100.0] (8/8) at step 0\n" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "100.0% [67.6, 100.0] (8/8) at step 0\n" in printed
+    assert "{}" not in printed  # no empty training summary

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from src.language_models.language_model import SamplingParams, TokenBatch
@@ -65,8 +67,32 @@ def test_fused_sampling_records_the_trainers_logprobs_and_follows_updates(
     sampler = merged._fused.model
     assert (sampler.get_input_embeddings().weight.data_ptr()
             == base.get_input_embeddings().weight.data_ptr())
-    fused = sampler.model.layers[0].self_attn.q_proj
-    assert fused._base_weight is base.model.layers[0].self_attn.q_proj.base_layer.weight
+    attention = base.model.layers[0].self_attn
+    projections = sampler.model.layers[0].self_attn.q_proj.projections
+    assert projections._base_weights == [
+        attention.q_proj.base_layer.weight, attention.k_proj.base_layer.weight,
+        attention.v_proj.base_layer.weight]
+
+
+def test_projections_of_one_input_are_one_group(tiny_model_path) -> None:
+    from src.language_models.fused_lora_sampler import _lora_layers, shared_input_groups
+
+    model = make(tiny_model_path, dtype="float32")
+    groups = shared_input_groups(model.model, _lora_layers(model.model, "default"))
+    layers = model.model.get_base_model().config.num_hidden_layers
+    assert len(groups) == 4 * layers  # q/k/v, o, gate/up, down
+    first = [[name.split(".")[-1] for name in group] for group in groups[:4]]
+    assert first == [["q_proj", "k_proj", "v_proj"], ["o_proj"], ["gate_proj", "up_proj"],
+                     ["down_proj"]]
+    sampler = model._sampling_model()
+    q_proj = sampler.model.layers[0].self_attn.q_proj
+    assert q_proj.projections is sampler.model.layers[0].self_attn.v_proj.projections
+    # a member called with another input than its group's computes for that input
+    x = torch.randn(3, q_proj.projections.stacked.shape[-1])
+    alone = model.model.get_base_model().model.layers[0].self_attn.k_proj(x)
+    k_proj = sampler.model.layers[0].self_attn.k_proj
+    q_proj(torch.randn_like(x))  # leaves q's group waiting for k and v of that input
+    assert torch.allclose(k_proj(x), alone, atol=1e-6)
 
 
 def test_a_groups_identical_prompts_are_prefilled_once(tiny_model_path) -> None:
@@ -92,7 +118,7 @@ def test_bfloat16_weights_with_float32_adapter_and_optimizer_state(tiny_model_pa
     model = make(tiny_model_path, dtype="bfloat16")
     base = model.model.get_base_model()
     assert base.model.layers[0].mlp.up_proj.base_layer.weight.dtype == torch.bfloat16
-    assert model._fused.model.model.layers[0].mlp.up_proj.up.dtype == torch.bfloat16
+    assert model._fused.model.model.layers[0].mlp.up_proj.projections.up.dtype == torch.bfloat16
     parameters = model.trainable_parameters()
     assert parameters and all(p.dtype == torch.float32 for p in parameters)
     prompts = prompts_of(model)
@@ -111,3 +137,34 @@ def test_bfloat16_weights_with_float32_adapter_and_optimizer_state(tiny_model_pa
     state = optimizer.state[parameters[0]]
     assert state["exp_avg"].dtype == torch.float32
     assert all(p.grad.dtype == torch.float32 for p in parameters)
+
+
+def test_the_prefix_a_calls_prompts_share_is_prefilled_once(tiny_model_path) -> None:
+    from src.language_models.instance.huggingface_lora_language_model import (
+        SHARED_PROMPT_MIN_TOKENS,
+    )
+
+    model = make(tiny_model_path, dtype="float32")
+    encode = model.tokenizer.encode
+    instructions = encode(" ".join(["Answer the question in one word."] * 4))
+    assert len(instructions) >= SHARED_PROMPT_MIN_TOKENS
+    prompts = [instructions + encode(" The colour of the sky is"),
+               instructions + encode(" Two plus two makes"),
+               instructions + encode(" Two plus two makes")]
+    decoder = model._sampling_model().get_decoder()
+    fed: list[tuple[int, int]] = []
+    original = decoder.forward
+
+    def counting(*args, **kwargs):
+        fed.append(tuple(kwargs["input_ids"].shape))
+        return original(*args, **kwargs)
+
+    decoder.forward = counting
+    model.prefix_caching = False
+    generations, difference = sampled_logprobs_against_trainer(model, prompts)
+    shared = len(os.path.commonprefix(prompts))
+    assert shared >= len(instructions)
+    assert fed[0] == (1, shared)  # the shared part once, as one row
+    assert fed[1] == (2, max(len(prompt) for prompt in prompts) - shared)  # the rest, per prompt
+    assert difference < 1e-5
+    assert all(generation[0].token_ids for generation in generations)

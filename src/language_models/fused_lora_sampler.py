@@ -52,15 +52,13 @@ class FusedLoRAProjections:
     computed together on the first member's call and handed out to the others."""
 
     def __init__(self, bases: list[torch.nn.Linear], ranks: list[int]) -> None:
-        self._base_weights = [base.weight for base in bases]  # the training model's own
+        # the training model's own, read at each load (LoRA's `bias: all` trains the biases)
+        self._base_weights = [base.weight for base in bases]
+        self._base_biases = [base.bias for base in bases]
         self.out_features = [base.out_features for base in bases]
-        self.ranks = ranks
         like = bases[0].weight
-        biases = [base.bias if base.bias is not None else like.new_zeros(base.out_features)
-                  for base in bases]
-        self.bias = (torch.cat([bias.detach() for bias in biases])
-                     if any(base.bias is not None for base in bases) else None)
         # filled by `load`, which the sampler calls before any use
+        self.bias: torch.Tensor | None = None
         self.stacked = like.new_empty((0, bases[0].in_features))
         self.packed: torch.Tensor | None = None
         self.up = like.new_zeros((sum(self.out_features), sum(ranks)))
@@ -76,6 +74,10 @@ class FusedLoRAProjections:
         self.packed = _packed(self.stacked)
         if self.packed is not None:
             self.stacked = self.stacked[:0]  # the packed copy is the one used
+        if any(bias is not None for bias in self._base_biases):
+            self.bias = torch.cat([
+                bias.detach() if bias is not None else self.up.new_zeros(size)
+                for bias, size in zip(self._base_biases, self.out_features, strict=True)])
         self.up.zero_()
         row = column = 0
         for up in ups:
@@ -214,11 +216,14 @@ class FusedLoRASampler:
         return None if layers is None else cls(model, layers, adapter_name)
 
     def _adapter_state(self) -> tuple[int, ...]:
-        """Changes whenever an adapter parameter is written in place (optimiser steps,
-        loading an adapter): torch counts the in-place writes of every tensor."""
+        """Changes whenever a parameter the fused layers copy is written in place
+        (optimiser steps, loading an adapter; the base biases where LoRA trains them):
+        torch counts the in-place writes of every tensor."""
         return tuple(parameter._version for layer in self._layers.values()
                      for parameter in (layer.lora_A[self._adapter].weight,
-                                       layer.lora_B[self._adapter].weight))
+                                       layer.lora_B[self._adapter].weight,
+                                       layer.get_base_layer().bias)
+                     if parameter is not None)
 
     def refresh(self) -> bool:
         """Copy the adapter's current weights in if they changed; True if it copied."""

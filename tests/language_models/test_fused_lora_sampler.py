@@ -16,9 +16,8 @@ def make(path, **parameters):
     )
 
     torch.manual_seed(5)
-    model = HuggingfaceLoRALanguageModel(str(path), device="cpu",
-                                         lora_config=LoRASettings(r=4, lora_alpha=8),
-                                         **parameters)
+    parameters.setdefault("lora_config", LoRASettings(r=4, lora_alpha=8))
+    model = HuggingfaceLoRALanguageModel(str(path), device="cpu", **parameters)
     with torch.no_grad():  # a trained-looking adapter
         for name, parameter in model.model.named_parameters():
             if "lora_B" in name:
@@ -168,3 +167,21 @@ def test_the_prefix_a_calls_prompts_share_is_prefilled_once(tiny_model_path) -> 
     assert fed[1] == (2, max(len(prompt) for prompt in prompts) - shared)  # the rest, per prompt
     assert difference < 1e-5
     assert all(generation[0].token_ids for generation in generations)
+
+
+def test_trained_base_biases_reach_the_sampler(tiny_biased_model_path) -> None:
+    """LoRA's `bias: all` trains the base layers' biases: a bias written in place, with
+    the adapter untouched, is sampled from at the next call."""
+    from src.language_models.instance.huggingface_lora_language_model import LoRASettings
+
+    model = make(tiny_biased_model_path, dtype="float32",
+                 lora_config=LoRASettings(r=4, lora_alpha=8, bias="all"))
+    prompts = prompts_of(model)
+    _, difference = sampled_logprobs_against_trainer(model, prompts)
+    assert difference < 1e-5
+    with torch.no_grad():
+        for name, parameter in model.model.named_parameters():
+            if name.endswith("base_layer.bias"):
+                parameter.add_(torch.randn_like(parameter))
+    _, difference = sampled_logprobs_against_trainer(model, prompts)
+    assert difference < 1e-5

@@ -351,9 +351,8 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         token_ids = torch.tensor([rows[0][:length]], device=self.device)
         attention = torch.ones_like(token_ids)
         cache = growing_cache()
-        model.get_decoder()(input_ids=token_ids, attention_mask=attention,
-                            position_ids=torch.arange(length, device=self.device)[None],
-                            past_key_values=cache, use_cache=True)
+        _next_token_logits(model, token_ids, attention,  # the one head row costs ~0.1 ms
+                           torch.arange(length, device=self.device)[None], cache)
         shared = _cached_row(cache, attention, 0, tuple(rows[0][:length]))
         return [prefix if prefix is not None and len(prefix.token_ids) >= length else shared
                 for prefix in prefixes]

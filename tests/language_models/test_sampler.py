@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from src.language_models.instance.huggingface_lora_language_model import _sample_from_logits
+from src.language_models.instance.huggingface_lora_language_model import (
+    SAMPLING_BLOCK,
+    _sample_from_logits,
+)
 
 
 def test_sampled_frequencies_match_the_reported_distribution() -> None:
@@ -27,3 +30,21 @@ def test_greedy_takes_the_argmax() -> None:
     tokens, logprobs = _sample_from_logits(torch.tensor([[0.1, 3.0, 2.9]]), 0.0, 1.0)
     assert tokens.tolist() == [1]
     assert torch.allclose(logprobs, torch.log_softmax(torch.tensor([0.1, 3.0, 2.9]), -1)[1:2])
+
+
+def test_the_two_level_draw_over_a_vocabulary_of_several_blocks() -> None:
+    """Mass on a block's first and last entry, in a partial last block, with empty blocks
+    before, between and after: the draw matches it and never takes a token of zero mass."""
+    torch.manual_seed(0)
+    draws = 40_000
+    vocabulary = 4 * SAMPLING_BLOCK + 17
+    logits = torch.full((vocabulary,), float("-inf"))
+    chosen = [SAMPLING_BLOCK, 2 * SAMPLING_BLOCK - 1, 4 * SAMPLING_BLOCK + 3]
+    logits[chosen] = torch.tensor([0.0, 1.0, -0.5])
+    tokens, logprobs = _sample_from_logits(logits.repeat(draws, 1), 1.0, 1.0)
+    assert set(tokens.tolist()) <= set(chosen)
+    expected = torch.softmax(logits[chosen], dim=-1)
+    frequency = torch.stack([(tokens == token).float().mean() for token in chosen])
+    # binomial std of a frequency here is at most 0.0025: 0.012 is > 4.5 sigma
+    assert torch.allclose(frequency, expected, atol=0.012), frequency
+    assert torch.allclose(logprobs, torch.log_softmax(logits, dim=-1)[tokens])

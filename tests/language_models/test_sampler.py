@@ -14,8 +14,10 @@ def test_sampled_frequencies_match_the_reported_distribution() -> None:
     torch.manual_seed(0)
     draws = 200_000
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, -3.0]]).repeat(draws, 1)
+    given = logits.clone()
     for temperature, top_p in ((1.0, 1.0), (0.7, 1.0), (1.0, 0.8)):
         tokens, logprobs = _sample_from_logits(logits, temperature, top_p)
+        assert torch.equal(logits, given)  # the caller's logits are left as they were
         expected = torch.zeros(5)
         expected[tokens] = logprobs.exp()  # each drawn token's reported probability
         frequency = torch.bincount(tokens, minlength=5).float() / draws

@@ -130,7 +130,7 @@ def _sample_from_logits(logits: torch.Tensor, temperature: float,
         log_probs = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
         return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)
     if temperature != 1.0:
-        logits = logits.float().div_(temperature)
+        logits = logits.to(torch.float32, copy=True).div_(temperature)  # the caller's stays
     if top_p < 1.0:
         sorted_logits, order = logits.float().sort(dim=-1, descending=True)
         sorted_probs = sorted_logits.softmax(dim=-1)

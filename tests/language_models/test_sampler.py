@@ -35,8 +35,8 @@ def test_greedy_takes_the_argmax() -> None:
 
 
 def test_the_two_level_draw_over_a_vocabulary_of_several_blocks() -> None:
-    """Mass on a block's first and last entry, in a partial last block, with empty blocks
-    before, between and after: the draw matches it and never takes a token of zero mass."""
+    """Mass on a block's first and last entry and in a partial last block, with empty
+    blocks before and between: the draw matches it and never takes a token of zero mass."""
     torch.manual_seed(0)
     draws = 40_000
     vocabulary = 4 * SAMPLING_BLOCK + 17

@@ -149,9 +149,9 @@ def _inverse_cdf_draw(probs: torch.Tensor) -> torch.Tensor:
 
     Two levels of inverse CDF: a block of SAMPLING_BLOCK tokens by the blocks' masses, then
     a token within it, so that the float64 running sums cover 192 + 256 entries instead of
-    the whole vocabulary. Each level takes
-    the first entry whose running sum exceeds the draw, with the draw kept below the
-    level's total, so an entry of zero mass (outside the nucleus) is never drawn."""
+    the whole vocabulary. Each level takes the first entry whose running sum exceeds the
+    draw, with the draw kept below the level's total, so an entry of zero mass (outside
+    the nucleus) is never drawn."""
     rows, vocab = probs.shape
     if vocab % SAMPLING_BLOCK:
         probs = torch.nn.functional.pad(probs, (0, -vocab % SAMPLING_BLOCK))

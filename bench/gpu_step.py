@@ -12,6 +12,8 @@ HuggingfaceLoRALanguageModel (LoRA r=16 all-linear). Then, on --device:
 3. one GRPO step through RLTrainingCallback.on_batch_end on episodes built from those
    samples (random 0/1 rewards with spread in every group; KL k3 to the base model on):
    step time, peak allocated memory, loss, and whether the adapter moved.
+Sampling and the GRPO step each print a roofline line (bench/roofline.py): achieved
+FLOP/s and bytes/s against the device's peaks, measured at the start (--no_peaks skips).
 
 Shapes: smollm2-135m (the embedded model's config, read from --assets), 7b (a
 Qwen2.5-7B-shaped config written here: random weights, 7B-shaped), tiny (the 135M config
@@ -40,6 +42,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+from roofline import (  # noqa: E402, I001
+    DecoderShape,
+    Peaks,
+    decode_work,
+    fed_tokens,
+    forward_work,
+    measure_peaks,
+    roofline_line,
+    training_work,
+)
 
 from src.callbacks.callback import BatchContext  # noqa: E402
 from src.callbacks.instance.rl_training_callback import RLTrainingCallback  # noqa: E402
@@ -178,6 +190,32 @@ def adapter_snapshot(model: HuggingfaceLoRALanguageModel) -> dict[str, torch.Ten
             if p.requires_grad}
 
 
+def sampling_roofline(model: HuggingfaceLoRALanguageModel, sampled: dict, new_tokens: int,
+                      peaks: Peaks) -> str:
+    """The decode of a timed `generate` call (its prefill counted in the time, not in the
+    work: a lower bound)."""
+    shape = DecoderShape.of(model.model.get_base_model())
+    steps = min(new_tokens, sampled["new_tokens_total"])
+    work = decode_work(shape, sampled["new_tokens_total"], steps,
+                       sampled["mean_prompt_tokens"] + steps / 2,
+                       sampled["new_tokens_total"] / steps, model.dtype)
+    return roofline_line(f"sampling (batch {sampled['rows']})", work, sampled["seconds"],
+                         model.dtype, peaks)
+
+
+def step_roofline(model: HuggingfaceLoRALanguageModel, sequences: list[list[int]],
+                  completion_tokens: int, reference_pass: bool, seconds: float,
+                  peaks: Peaks) -> str:
+    """The update's forward and backward (rows packed by shared prefix where the model
+    packs them) plus the reference pass of the KL term, over the whole step's time."""
+    shape = DecoderShape.of(model.model.get_base_model())
+    fed = fed_tokens(sequences, model.packs_shared_prefixes)
+    work = training_work(shape, fed, completion_tokens, model.dtype)
+    if reference_pass:
+        work = work + forward_work(shape, fed, completion_tokens, model.dtype)
+    return roofline_line(f"GRPO step ({fed} tokens fed)", work, seconds, model.dtype, peaks)
+
+
 def grpo_step(model: HuggingfaceLoRALanguageModel, episodes: list[Episode], samples: int,
               arguments: argparse.Namespace) -> dict:
     # other settings at their defaults; scored at the temperature the trajectories record
@@ -301,6 +339,8 @@ def main() -> None:
                              "and time it with the adapter disabled and as a plain decode "
                              "loop of the base model; tables go to --profile_out")
     parser.add_argument("--profile_out", default=None)
+    parser.add_argument("--no_peaks", action="store_true",
+                        help="skip measuring the device's peaks and the roofline lines")
     parser.add_argument("--out", default=None)
     arguments = parser.parse_args()
 
@@ -316,6 +356,12 @@ def main() -> None:
         "peft": __import__("peft").__version__}
     print("configuration:", json.dumps(result["arguments"]), flush=True)
     print("environment:", json.dumps(result["environment"]), flush=True)
+    peaks = None if arguments.no_peaks else measure_peaks(device)
+    if peaks is not None:
+        result["peaks"] = vars(peaks)
+        print(f"peaks: fp32 {peaks.fp32_flops / 1e12:.2f} TFLOP/s, bf16 "
+              f"{peaks.bf16_flops / 1e12:.2f} TFLOP/s, read "
+              f"{peaks.read_bytes_per_s / 1e9:.1f} GB/s", flush=True)
 
     def write() -> None:
         if arguments.out:
@@ -370,6 +416,10 @@ def main() -> None:
     result["sampling"]["decode_ms_per_step"] = (1000 * result["sampling"]["seconds"]
                                                 / arguments.new_tokens)
     print("sampling:", json.dumps(result["sampling"]), flush=True)
+    if peaks is not None:
+        result["sampling"]["roofline"] = sampling_roofline(model, result["sampling"],
+                                                           arguments.new_tokens, peaks)
+        print(result["sampling"]["roofline"], flush=True)
     write()
 
     if arguments.profile_steps:
@@ -454,6 +504,12 @@ def main() -> None:
     result["grpo_step"] = grpo_step(model, episodes(), arguments.samples, arguments)
     print("GRPO step (project callback):", json.dumps(
         {k: v for k, v in result["grpo_step"].items() if k != "metrics"}), flush=True)
+    if peaks is not None:
+        result["grpo_step"]["roofline"] = step_roofline(
+            model, [list(t.token_ids) for t in trajectories],
+            result["grpo_step_config"]["completion_tokens"], arguments.kl_coef > 0,
+            result["grpo_step"]["seconds"], peaks)
+        print(result["grpo_step"]["roofline"], flush=True)
     write()
     print("errors:", list(result["errors"]) or "none", flush=True)
 

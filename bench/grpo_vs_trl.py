@@ -61,6 +61,7 @@ from roofline import (  # noqa: E402, I001
     Peaks,
     Work,
     decode_work,
+    fed_tokens,
     measure_peaks,
     roofline_line,
     training_work,
@@ -75,7 +76,6 @@ from src.language_models.instance.huggingface_lora_language_model import (  # no
     HuggingfaceLoRALanguageModel,
     LoRASettings,
 )
-from src.language_models.shared_prefix import plan_packs  # noqa: E402
 from src.records.chat import Role  # noqa: E402
 from src.records.episode import Episode, Sample  # noqa: E402
 from src.storage.files import atomic_write_json  # noqa: E402
@@ -202,9 +202,7 @@ class OurTrainer:
         breakdown["rollout_other"] = (rolled_out - start) - breakdown["generation"]
         tokens = sum(episode.trajectory.completion_token_count for episode in episodes)
         sequences = [list(episode.trajectory.token_ids) for episode in episodes]
-        packs = plan_packs(sequences) if self.model.packs_shared_prefixes else []
-        lengths = [len(sequence) for sequence in sequences]
-        fed = (sum(pack.length(lengths) for pack in packs) if packs else sum(lengths))
+        fed = fed_tokens(sequences, self.model.packs_shared_prefixes)
         longest = max(episode.trajectory.completion_token_count for episode in episodes)
         prompt = statistics.mean(len(s) - e.trajectory.completion_token_count
                                  for s, e in zip(sequences, episodes, strict=True))

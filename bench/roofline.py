@@ -1,20 +1,28 @@
 """How far a measured figure is from this machine's limits, as a printed line.
 
-`measure_peaks` times what the hardware can do here: a large fp32 and bf16 matrix
-product (FLOP/s) and a streaming read of a 1 GiB tensor (bytes/s). `decode_work` and
-`training_work` count the FLOPs and bytes a decoder's work needs at the least (every
-weight read once per decode step, each token's matrix products), from the model's
-config; `roofline_line` prints achieved FLOP/s and bytes/s against the peaks.
+`measure_peaks` times what the hardware can do here (the CPU, or a GPU given as
+`device`): a large fp32 and bf16 matrix product (FLOP/s) and a streaming read of a 1 GiB
+tensor (bytes/s). `decode_work`, `forward_work` and `training_work` count the FLOPs and
+bytes a decoder's work needs at the least (every weight read once per decode step, each
+token's matrix products), from the model's config; `roofline_line` prints achieved
+FLOP/s and bytes/s against the peaks.
 
-python bench/roofline.py   prints the peaks of this machine
+python bench/roofline.py [--device cuda]   prints the peaks of this machine
 """
 
 from __future__ import annotations
 
+import argparse
+import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from src.language_models.shared_prefix import plan_packs  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -27,28 +35,42 @@ class Peaks:
         return self.bf16_flops if dtype in (torch.bfloat16, torch.float16) else self.fp32_flops
 
 
-def _matmul_flops(dtype: torch.dtype, size: int = 2048, repeats: int = 8) -> float:
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _matmul_flops(dtype: torch.dtype, device: torch.device, size: int,
+                  repeats: int = 8) -> float:
+    a = torch.randn(size, size, dtype=dtype, device=device)
+    b = torch.randn(size, size, dtype=dtype, device=device)
     for _ in range(2):
         a @ b
+    _synchronize(device)
     started = time.perf_counter()
     for _ in range(repeats):
         a @ b
+    _synchronize(device)
     return 2 * size**3 * repeats / (time.perf_counter() - started)
 
 
-def _read_bytes_per_s(megabytes: int = 1024, repeats: int = 4) -> float:
-    data = torch.ones(megabytes * 2**20 // 4, dtype=torch.float32)
+def _read_bytes_per_s(device: torch.device, megabytes: int = 1024, repeats: int = 4) -> float:
+    data = torch.ones(megabytes * 2**20 // 4, dtype=torch.float32, device=device)
     data.sum()
+    _synchronize(device)
     started = time.perf_counter()
     for _ in range(repeats):
         data.sum()
+    _synchronize(device)
     return data.numel() * 4 * repeats / (time.perf_counter() - started)
 
 
-def measure_peaks() -> Peaks:
-    return Peaks(_matmul_flops(torch.float32), _matmul_flops(torch.bfloat16),
-                 _read_bytes_per_s())
+def measure_peaks(device: torch.device | str = "cpu") -> Peaks:
+    """A GPU reaches its matrix peak only with products far larger than a CPU needs."""
+    device = torch.device(device)
+    size = 8192 if device.type == "cuda" else 2048
+    return Peaks(_matmul_flops(torch.float32, device, size),
+                 _matmul_flops(torch.bfloat16, device, size), _read_bytes_per_s(device))
 
 
 @dataclass(frozen=True)
@@ -76,6 +98,9 @@ class Work:
     flops: float
     bytes: float
 
+    def __add__(self, other: Work) -> Work:
+        return Work(self.flops + other.flops, self.bytes + other.bytes)
+
 
 def decode_work(shape: DecoderShape, generated_tokens: int, decode_steps: int,
                 mean_context: float, mean_batch: float, dtype: torch.dtype) -> Work:
@@ -88,6 +113,24 @@ def decode_work(shape: DecoderShape, generated_tokens: int, decode_steps: int,
     weights = (shape.linear_parameters + shape.hidden * shape.vocab) * size
     cache = 2 * shape.layers * shape.kv_width * mean_context * mean_batch * size
     return Work(per_token * generated_tokens, decode_steps * (weights + cache))
+
+
+def fed_tokens(sequences: list[list[int]], packs_shared_prefixes: bool) -> int:
+    """Tokens a forward over `sequences` feeds: a shared prefix once where the model packs
+    rows by shared prefix (src.language_models.shared_prefix), every row whole otherwise."""
+    lengths = [len(sequence) for sequence in sequences]
+    if not packs_shared_prefixes:
+        return sum(lengths)
+    return sum(pack.length(lengths) for pack in plan_packs(sequences))
+
+
+def forward_work(shape: DecoderShape, fed_tokens: int, scored_tokens: int,
+                 dtype: torch.dtype) -> Work:
+    """A forward without gradients (a reference or old log-prob pass): 2 FLOPs per weight
+    and fed token, the head at the scored positions; weights read once."""
+    size = torch.finfo(dtype).bits // 8
+    flops = 2 * shape.linear_parameters * fed_tokens + 2 * shape.hidden * shape.vocab * scored_tokens
+    return Work(flops, (shape.linear_parameters + shape.hidden * shape.vocab) * size)
 
 
 def training_work(shape: DecoderShape, fed_tokens: int, scored_tokens: int,
@@ -111,5 +154,7 @@ def roofline_line(label: str, work: Work, seconds: float, dtype: torch.dtype,
 
 
 if __name__ == "__main__":
-    peaks = measure_peaks()
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--device", default="cpu")
+    peaks = measure_peaks(parser.parse_args().device)
     print({key: f"{value / 1e9:.1f} G/s" for key, value in asdict(peaks).items()})

@@ -139,6 +139,18 @@ def test_procedural_samples_are_seeded() -> None:
     assert one.get_sample("train-000000") != one.get_sample("validation-000000")
 
 
+@pytest.mark.parametrize("level", [1, 2, 3, 4])
+def test_procedural_validation_questions_are_never_trained_on(level: int) -> None:
+    """Level 1 has only 100 questions: drawn independently, most validation questions
+    were also train questions (46 of the quickstart's 64)."""
+    task = MathProblemsTask(levels=[level], num_train=400, num_validation=100, seed=7)
+    train = {task.get_sample(sample_id).data["question"] for sample_id in task.sample_ids("train")}
+    validation = {task.get_sample(sample_id).data["question"]
+                  for sample_id in task.sample_ids("validation")}
+    assert train.isdisjoint(validation)
+    assert len(validation) > 1  # the held-out side is not one repeated question
+
+
 @pytest.mark.slow
 def test_accuracy_works_in_a_threaded_ray_actor() -> None:
     ray = pytest.importorskip("ray")

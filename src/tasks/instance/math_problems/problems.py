@@ -4,6 +4,7 @@ or Hugging Face dataset."""
 from __future__ import annotations
 
 import random
+import zlib
 from pathlib import Path
 
 from src.records.episode import Sample
@@ -12,6 +13,10 @@ from src.tasks.task import split_sample_id
 
 _NAMES = ["Ana", "Ben", "Chen", "Dara", "Eli", "Farah", "Goro", "Hana"]
 _ITEMS = ["apples", "books", "marbles", "stickers", "pencils", "coins"]
+# One question in this many, chosen by a hash of its text, is asked only in validation:
+# level 1 has 100 distinct questions, so independent draws for the quickstart's 160 train
+# and 64 validation problems had put 46 of the 64 validation questions into train too.
+HELD_OUT_SHARE = 5
 
 
 def procedural_problem(level: int, rng: random.Random) -> tuple[str, str]:
@@ -35,10 +40,22 @@ def procedural_problem(level: int, rng: random.Random) -> tuple[str, str]:
     raise ValueError(f"procedural level must be 1-4, got {level}")
 
 
+def is_held_out_question(question: str) -> bool:
+    """Whether a procedural question belongs to validation: a fixed partition of every
+    level's questions (a stable hash, not Python's salted one), whatever the seed and the
+    split sizes, so that no validation question is ever trained on."""
+    return zlib.crc32(question.encode()) % HELD_OUT_SHARE == 0
+
+
 def procedural_sample(seed: int, split: str, index: int, levels: tuple[int, ...]) -> Sample:
+    """Problem `index` of `split`, drawn again until its question is on the split's side
+    of the partition (`is_held_out_question`)."""
     rng = random.Random(f"{seed}-{split}-{index}")
     level = levels[index % len(levels)]
+    held_out = split != "train"
     question, answer = procedural_problem(level, rng)
+    while is_held_out_question(question) != held_out:
+        question, answer = procedural_problem(level, rng)
     return Sample(sample_id=split_sample_id(split, index), category=f"level{level}",
                   data={"question": question, "answer": answer})
 

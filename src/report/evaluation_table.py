@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from src.records.episode import EpisodeRecord, Outcome
@@ -21,38 +22,58 @@ from src.storage.files import read_validated_json_lines
 ALL = "all"
 
 
-def evaluation_table(files: dict[str, Path]) -> str:
-    runs = {label: [record for _, record in read_validated_json_lines(path, EpisodeRecord)]
+def read_runs(files: dict[str, Path]) -> dict[str, list[EpisodeRecord]]:
+    return {label: [record for _, record in read_validated_json_lines(path, EpisodeRecord)]
             for label, path in files.items()}
-    categories = sorted({record.category for records in runs.values() for record in records})
-    lines = ["| category | " + " | ".join(runs) + " |",
+
+
+def success_table(runs: dict[str, list[EpisodeRecord]],
+                  rows: dict[str, Callable[[EpisodeRecord], bool]],
+                  first_column: str = "category") -> list[str]:
+    """Markdown lines: a row per named selection of episodes, a column per run, each cell
+    the selection's success with its interval ("-" where it selects nothing)."""
+    lines = [f"| {first_column} | " + " | ".join(runs) + " |",
              "| --- |" + " --- |" * len(runs)]
-    for category in [*categories, ALL]:
+    for name, selects in rows.items():
         cells = []
         for records in runs.values():
-            chosen = [r for r in records if category in (ALL, r.category)]
+            chosen = [record for record in records if selects(record)]
             wins = sum(record.outcome is Outcome.CORRECT for record in chosen)
             cells.append(success_with_interval(wins, len(chosen)) if chosen else "-")
-        name = f"**{category}**" if category == ALL else category
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def evaluation_table(files: dict[str, Path]) -> str:
+    runs = read_runs(files)
+    categories = sorted({record.category for records in runs.values() for record in records})
+    rows: dict[str, Callable[[EpisodeRecord], bool]] = {
+        category: (lambda record, category=category: record.category == category)
+        for category in categories}
+    rows[f"**{ALL}**"] = lambda record: True
+    lines = success_table(runs, rows)
     lines.append("| mean prompt tokens per episode | " + " | ".join(
         f"{statistics.fmean(record.prompt_tokens for record in records):.0f}"
         for records in runs.values()) + " |")
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("files", nargs="+", metavar="LABEL=EVALUATION_JSONL")
-    arguments = parser.parse_args()
+def labelled_files(parser: argparse.ArgumentParser, items: Sequence[str]) -> dict[str, Path]:
+    """LABEL=PATH arguments as {label: path}; a malformed one is a usage error."""
     files = {}
-    for item in arguments.files:
+    for item in items:
         label, separator, path = item.partition("=")
         if not separator:
             parser.error(f"'{item}': give LABEL=EVALUATION_JSONL")
         files[label] = Path(path)
-    print(evaluation_table(files))
+    return files
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("files", nargs="+", metavar="LABEL=EVALUATION_JSONL")
+    print(evaluation_table(labelled_files(parser, parser.parse_args().files)))
 
 
 if __name__ == "__main__":

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from src.records.episode import Sample
 from src.tasks.instance.econ.reward import household_rewards
 from src.tasks.instance.econ.rule_policy import PROPENSITY_GRID, rule_decisions
 from src.tasks.instance.econ.simulation import month_draws
 from src.tasks.instance.econ.task import EconDecisionTask
+from src.tasks.task_config import task_parameters_from_config
 
 
 @dataclass(frozen=True)
@@ -67,13 +67,7 @@ def sample_headroom(task: EconDecisionTask, sample: Sample) -> SampleHeadroom:
 
 def task_from_config(config_path: Path) -> EconDecisionTask:
     """The econ task of an assignment or supervised config (or a run's saved config.yaml)."""
-    document = yaml.safe_load(config_path.read_text())
-    sections = [value for value in document.values()
-                if isinstance(value, dict) and isinstance(value.get("task"), dict)]
-    if len(sections) != 1 or sections[0]["task"].get("name") != "econ_decision":
-        raise ValueError(f"{config_path}: expected one config section whose task is "
-                         "econ_decision")
-    return EconDecisionTask(**(sections[0]["task"].get("parameters") or {}))
+    return EconDecisionTask(**task_parameters_from_config(config_path, "econ_decision"))
 
 
 def main() -> None:

@@ -1,0 +1,56 @@
+"""Held-out DB-bench problems that repeat a train problem's query, and the success on each side.
+
+python -m src.report.db_bench_train_overlap CONFIG_YAML LABEL=EVALUATION_JSONL [...]
+
+The procedural generator draws both splits from the same query templates, table names
+and columns, so a validation problem can ask the very query of a train problem (the same
+reference SQL) over other rows: on the 88 stratified validation problems of the DB-bench
+configs, 28 do. To a policy trained on the train split such a problem is not wholly new.
+For each evaluation file (OUTPUT_DIR/evaluation/step-N.jsonl) this prints the success,
+with its 95% Wilson interval, on the validation problems whose reference SQL is also
+that of one of the config's `num_train` train problems, and on the others. A run may have
+drawn only some of those train problems, so the first group is the most it can have seen.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from src.records.episode import EpisodeRecord
+from src.report.evaluation_table import labelled_files, read_runs, success_table
+from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill
+from src.tasks.task_config import task_parameters_from_config
+
+
+def validation_ids_with_a_train_query(task: DBBenchSingleSkill) -> set[str]:
+    """The validation sample ids whose reference SQL is also a train sample's."""
+    train_queries = {task.get_sample(sample_id).data["reference_sql"]
+                     for sample_id in task.sample_ids("train")}
+    return {sample_id for sample_id in task.sample_ids("validation")
+            if task.get_sample(sample_id).data["reference_sql"] in train_queries}
+
+
+def overlap_table(task: DBBenchSingleSkill, files: dict[str, Path]) -> str:
+    repeated = validation_ids_with_a_train_query(task)
+    rows: dict[str, Callable[[EpisodeRecord], bool]] = {
+        "reference SQL also a train problem's": lambda record: record.sample_id in repeated,
+        "reference SQL in no train problem": lambda record: record.sample_id not in repeated,
+        "**all**": lambda record: True}
+    return "\n".join(success_table(read_runs(files), rows, "validation problems"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config_path", type=Path)
+    parser.add_argument("files", nargs="+", metavar="LABEL=EVALUATION_JSONL")
+    arguments = parser.parse_args()
+    task = DBBenchSingleSkill(**task_parameters_from_config(arguments.config_path,
+                                                            "db_bench_single_skill"))
+    print(overlap_table(task, labelled_files(parser, arguments.files)))
+
+
+if __name__ == "__main__":
+    main()

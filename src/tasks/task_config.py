@@ -1,0 +1,21 @@
+"""The task parameters of a saved config, for tools that rebuild a run's task family
+without its model (held-out headroom, train/validation overlap)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def task_parameters_from_config(config_path: Path, task_name: str) -> dict[str, Any]:
+    """The `task.parameters` of an assignment or supervised config (or a run's saved
+    config.yaml) whose one task section is named `task_name`."""
+    document = yaml.safe_load(config_path.read_text())
+    sections = [value for value in document.values()
+                if isinstance(value, dict) and isinstance(value.get("task"), dict)]
+    if len(sections) != 1 or sections[0]["task"].get("name") != task_name:
+        raise ValueError(f"{config_path}: expected one config section whose task is "
+                         f"{task_name}")
+    return dict(sections[0]["task"].get("parameters") or {})

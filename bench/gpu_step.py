@@ -46,10 +46,10 @@ from roofline import (  # noqa: E402, I001
     DecoderShape,
     Peaks,
     decode_work,
-    fed_tokens,
     forward_work,
     measure_peaks,
     roofline_line,
+    tokens_fed_by,
     training_work,
 )
 
@@ -207,9 +207,11 @@ def step_roofline(model: HuggingfaceLoRALanguageModel, sequences: list[list[int]
                   completion_tokens: int, reference_pass: bool, seconds: float,
                   peaks: Peaks) -> str:
     """The update's forward and backward (rows packed by shared prefix where the model
-    packs them) plus the reference pass of the KL term, over the whole step's time."""
+    packs them) plus the reference pass of the KL term, over the whole step's time: a lower
+    bound, since micro-batches that split a pack feed its prefix and read the weights
+    again."""
     shape = DecoderShape.of(model.model.get_base_model())
-    fed = fed_tokens(sequences, model.packs_shared_prefixes)
+    fed = tokens_fed_by(sequences, model.packs_shared_prefixes)
     work = training_work(shape, fed, completion_tokens, model.dtype)
     if reference_pass:
         work = work + forward_work(shape, fed, completion_tokens, model.dtype)

@@ -61,9 +61,9 @@ from roofline import (  # noqa: E402, I001
     Peaks,
     Work,
     decode_work,
-    fed_tokens,
     measure_peaks,
     roofline_line,
+    tokens_fed_by,
     training_work,
 )
 
@@ -202,7 +202,7 @@ class OurTrainer:
         breakdown["rollout_other"] = (rolled_out - start) - breakdown["generation"]
         tokens = sum(episode.trajectory.completion_token_count for episode in episodes)
         sequences = [list(episode.trajectory.token_ids) for episode in episodes]
-        fed = fed_tokens(sequences, self.model.packs_shared_prefixes)
+        fed = tokens_fed_by(sequences, self.model.packs_shared_prefixes)
         longest = max(episode.trajectory.completion_token_count for episode in episodes)
         prompt = statistics.mean(len(s) - e.trajectory.completion_token_count
                                  for s, e in zip(sequences, episodes, strict=True))

@@ -1,6 +1,6 @@
 """How far a measured figure is from this machine's limits, as a printed line.
 
-`measure_peaks` times what the hardware can do here (the CPU, or a GPU given as
+`measure_peaks` times what the hardware can do here (the CPU, or a CUDA GPU given as
 `device`): a large fp32 and bf16 matrix product (FLOP/s) and a streaming read of a 1 GiB
 tensor (bytes/s). `decode_work`, `forward_work` and `training_work` count the FLOPs and
 bytes a decoder's work needs at the least (every weight read once per decode step, each
@@ -115,9 +115,10 @@ def decode_work(shape: DecoderShape, generated_tokens: int, decode_steps: int,
     return Work(per_token * generated_tokens, decode_steps * (weights + cache))
 
 
-def fed_tokens(sequences: list[list[int]], packs_shared_prefixes: bool) -> int:
-    """Tokens a forward over `sequences` feeds: a shared prefix once where the model packs
-    rows by shared prefix (src.language_models.shared_prefix), every row whole otherwise."""
+def tokens_fed_by(sequences: list[list[int]], packs_shared_prefixes: bool) -> int:
+    """Tokens a forward over `sequences` feeds at the least: a shared prefix once where the
+    model packs rows by shared prefix (src.language_models.shared_prefix), every row whole
+    otherwise. A pack that the trainer splits into micro-batches feeds its prefix again."""
     lengths = [len(sequence) for sequence in sequences]
     if not packs_shared_prefixes:
         return sum(lengths)

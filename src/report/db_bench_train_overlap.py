@@ -3,13 +3,16 @@
 python -m src.report.db_bench_train_overlap CONFIG_YAML LABEL=EVALUATION_JSONL [...]
 
 The procedural generator draws both splits from the same query templates, table names
-and columns, so a validation problem can ask the very query of a train problem (the same
-reference SQL) over other rows: on the 88 stratified validation problems of the DB-bench
-configs, 28 do. To a policy trained on the train split such a problem is not wholly new.
-For each evaluation file (OUTPUT_DIR/evaluation/step-N.jsonl) this prints the success,
-with its 95% Wilson interval, on the validation problems whose reference SQL is also
-that of one of the config's `num_train` train problems, and on the others. A run may have
-drawn only some of those train problems, so the first group is the most it can have seen.
+and columns, so a validation problem can ask the very query of a train problem over
+other rows, or over a table of another name. Here two problems ask the same query when
+their reference SQL is the same once the table's name is replaced by a placeholder: on
+the 88 stratified validation problems of the DB-bench configs, 44 ask the query of one
+of the 400 train problems. To a policy trained on the train split such a problem is not
+wholly new. For each evaluation file (OUTPUT_DIR/evaluation/step-N.jsonl) this prints
+the success, with its 95% Wilson interval, on the validation problems whose query is
+also that of one of the config's `num_train` train problems, and on the others. A run
+may have drawn only some of those train problems, so the first group is the most it can
+have seen.
 """
 
 from __future__ import annotations
@@ -18,27 +21,42 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from src.records.episode import EpisodeRecord
+from src.records.episode import EpisodeRecord, Sample
 from src.report.evaluation_table import labelled_files, read_runs, success_table
 from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill
 from src.tasks.task_config import task_parameters_from_config
 
 
+def query(sample: Sample) -> str:
+    """The reference SQL with the table's quoted name as a placeholder."""
+    name = sample.data["table"]["name"]
+    sql = sample.data["reference_sql"]
+    for quote in ("`", '"'):
+        sql = sql.replace(f"{quote}{name}{quote}", "<table>")
+    return sql
+
+
 def validation_ids_with_a_train_query(task: DBBenchSingleSkill) -> set[str]:
-    """The validation sample ids whose reference SQL is also a train sample's."""
-    train_queries = {task.get_sample(sample_id).data["reference_sql"]
-                     for sample_id in task.sample_ids("train")}
+    """The validation sample ids whose query (`query`) is also a train sample's."""
+    train_queries = {query(task.get_sample(sample_id)) for sample_id in task.sample_ids("train")}
     return {sample_id for sample_id in task.sample_ids("validation")
-            if task.get_sample(sample_id).data["reference_sql"] in train_queries}
+            if query(task.get_sample(sample_id)) in train_queries}
 
 
 def overlap_table(task: DBBenchSingleSkill, files: dict[str, Path]) -> str:
+    runs = read_runs(files)
+    validation = set(task.sample_ids("validation"))
+    for label, records in runs.items():
+        strangers = [record.sample_id for record in records if record.sample_id not in validation]
+        if strangers:
+            raise ValueError(f"{files[label]}: {strangers[0]} is not among the config's "
+                             f"{len(validation)} validation samples: another config's run?")
     repeated = validation_ids_with_a_train_query(task)
     rows: dict[str, Callable[[EpisodeRecord], bool]] = {
-        "reference SQL also a train problem's": lambda record: record.sample_id in repeated,
-        "reference SQL in no train problem": lambda record: record.sample_id not in repeated,
+        "query also a train problem's": lambda record: record.sample_id in repeated,
+        "query of no train problem": lambda record: record.sample_id not in repeated,
         "**all**": lambda record: True}
-    return "\n".join(success_table(read_runs(files), rows, "validation problems"))
+    return "\n".join(success_table(runs, rows, "validation problems"))
 
 
 def main() -> None:

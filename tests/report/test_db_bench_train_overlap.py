@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from src.report.db_bench_train_overlap import overlap_table, validation_ids_with_a_train_query
+import pytest
+
+from src.report.db_bench_train_overlap import (
+    overlap_table,
+    query,
+    validation_ids_with_a_train_query,
+)
 from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill
+from src.tasks.task import split_sample_id
 from tests.report.test_evaluation_table import write
 
 
@@ -14,13 +21,22 @@ def small_task() -> DBBenchSingleSkill:
                               stratified_validation=True, seed=42)
 
 
+def test_a_query_is_its_sql_whatever_the_table_is_called() -> None:
+    sample = small_task().get_sample(split_sample_id("validation", 3))
+    name = sample.data["table"]["name"]
+    assert name not in query(sample) and "<table>" in query(sample)
+    renamed = sample.model_copy(update={"data": {
+        **sample.data, "table": {**sample.data["table"], "name": "other name"},
+        "reference_sql": sample.data["reference_sql"].replace(name, "other name")}})
+    assert query(renamed) == query(sample)
+
+
 def test_repeated_queries_are_exactly_those_of_train_problems() -> None:
     task = small_task()
     repeated = validation_ids_with_a_train_query(task)
-    train = {task.get_sample(i).data["reference_sql"] for i in task.sample_ids("train")}
+    train = {query(task.get_sample(sample_id)) for sample_id in task.sample_ids("train")}
     for sample_id in task.sample_ids("validation"):
-        assert (sample_id in repeated) == (task.get_sample(sample_id).data["reference_sql"]
-                                           in train)
+        assert (sample_id in repeated) == (query(task.get_sample(sample_id)) in train)
     assert 0 < len(repeated) < 44  # the generator's splits share some queries, not all
 
 
@@ -28,8 +44,8 @@ def test_table_counts_each_side(tmp_path: Path) -> None:
     task = small_task()
     repeated = validation_ids_with_a_train_query(task)
     # correct exactly on the validation problems whose query a train problem asks
-    outcomes = [("select", "correct" if f"validation-{index:06d}" in repeated else "incorrect", 10)
-                for index in range(44)]
+    outcomes = [("select", "correct" if split_sample_id("validation", index) in repeated
+                 else "incorrect", 10) for index in range(44)]
     lines = overlap_table(task, {"run": write(tmp_path / "run.jsonl", outcomes)}).splitlines()
     count = len(repeated)
     assert lines[0] == "| validation problems | run |"
@@ -37,3 +53,8 @@ def test_table_counts_each_side(tmp_path: Path) -> None:
     assert lines[3].endswith(f"(0/{44 - count}) |")
     assert lines[4].endswith(f"({count}/44) |")
 
+
+def test_another_configs_evaluation_is_refused(tmp_path: Path) -> None:
+    larger = write(tmp_path / "run.jsonl", [("select", "correct", 10)] * 45)
+    with pytest.raises(ValueError, match=r"validation-000044 is not among the config's 44"):
+        overlap_table(small_task(), {"run": larger})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import zlib
 from pathlib import Path
+from typing import NamedTuple
 
 from src.records.episode import Sample
 from src.storage.files import read_numbered_json_lines
@@ -13,51 +14,69 @@ from src.tasks.task import split_sample_id
 
 _NAMES = ["Ana", "Ben", "Chen", "Dara", "Eli", "Farah", "Goro", "Hana"]
 _ITEMS = ["apples", "books", "marbles", "stickers", "pencils", "coins"]
-# One question in this many, chosen by a hash of its text, is asked only in validation:
+# One arithmetic fact in about this many, chosen by a hash, is asked only in validation:
 # level 1 has 100 distinct questions, so independent draws for the quickstart's 160 train
 # and 64 validation problems had put 46 of the 64 validation questions into train too.
 HELD_OUT_SHARE = 5
+# The sum of the worked example that prompts show (task.WORKED_EXAMPLE): a train fact.
+WORKED_EXAMPLE_OPERANDS = (3, 4)
 
 
-def procedural_problem(level: int, rng: random.Random) -> tuple[str, str]:
-    """A (question, answer) pair; level 1 is single-digit sums, higher levels are harder."""
+class ProceduralProblem(NamedTuple):
+    question: str
+    answer: str
+    fact: str  # the arithmetic asked, the same for swapped operands of + and *
+
+
+def _fact(a: int, operator: str, b: int) -> str:
+    if operator in "+*":
+        a, b = sorted((a, b))
+    return f"{a} {operator} {b}"
+
+
+def procedural_problem(level: int, rng: random.Random) -> ProceduralProblem:
+    """Level 1 is single-digit sums, higher levels are harder."""
     if level == 1:
         a, b = rng.randint(0, 9), rng.randint(0, 9)
-        return f"What is {a} + {b}?", str(a + b)
+        return ProceduralProblem(f"What is {a} + {b}?", str(a + b), _fact(a, "+", b))
     if level == 2:
         a, b = rng.randint(10, 99), rng.randint(1, 9)
         if rng.random() < 0.5:
-            return f"What is {a} + {b}?", str(a + b)
-        return f"What is {a} - {b}?", str(a - b)
+            return ProceduralProblem(f"What is {a} + {b}?", str(a + b), _fact(a, "+", b))
+        return ProceduralProblem(f"What is {a} - {b}?", str(a - b), _fact(a, "-", b))
     if level == 3:
         a, b = rng.randint(2, 9), rng.randint(2, 9)
-        return f"What is {a} * {b}?", str(a * b)
+        return ProceduralProblem(f"What is {a} * {b}?", str(a * b), _fact(a, "*", b))
     if level == 4:
         name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
         have, more = rng.randint(2, 20), rng.randint(2, 20)
-        return (f"{name} has {have} {item} and gets {more} more. "
-                f"How many {item} does {name} have now?", str(have + more))
+        return ProceduralProblem(f"{name} has {have} {item} and gets {more} more. "
+                                 f"How many {item} does {name} have now?", str(have + more),
+                                 _fact(have, "+", more))
     raise ValueError(f"procedural level must be 1-4, got {level}")
 
 
-def is_held_out_question(question: str) -> bool:
-    """Whether a procedural question belongs to validation: a fixed partition of every
-    level's questions (a stable hash, not Python's salted one), whatever the seed and the
-    split sizes, so that no validation question is ever trained on."""
-    return zlib.crc32(question.encode()) % HELD_OUT_SHARE == 0
+def is_held_out_fact(fact: str) -> bool:
+    """Whether a procedural problem belongs to validation: a fixed partition of the
+    arithmetic facts (a stable hash, not Python's salted one; 3 + 4 and 4 + 3 together,
+    whatever the wording), the same for every seed and split size, so that no validation
+    problem asks what a train problem or the worked example asks."""
+    if fact == _fact(WORKED_EXAMPLE_OPERANDS[0], "+", WORKED_EXAMPLE_OPERANDS[1]):
+        return False
+    return zlib.crc32(fact.encode()) % HELD_OUT_SHARE == 0
 
 
 def procedural_sample(seed: int, split: str, index: int, levels: tuple[int, ...]) -> Sample:
-    """Problem `index` of `split`, drawn again until its question is on the split's side
-    of the partition (`is_held_out_question`)."""
+    """Problem `index` of `split`, drawn again until its fact is on the split's side of
+    the partition (`is_held_out_fact`)."""
     rng = random.Random(f"{seed}-{split}-{index}")
     level = levels[index % len(levels)]
     held_out = split != "train"
-    question, answer = procedural_problem(level, rng)
-    while is_held_out_question(question) != held_out:
-        question, answer = procedural_problem(level, rng)
+    problem = procedural_problem(level, rng)
+    while is_held_out_fact(problem.fact) != held_out:
+        problem = procedural_problem(level, rng)
     return Sample(sample_id=split_sample_id(split, index), category=f"level{level}",
-                  data={"question": question, "answer": answer})
+                  data={"question": problem.question, "answer": problem.answer})
 
 
 def _load_dataset(name: str, config: str | None, split: str) -> list[dict]:

@@ -12,7 +12,11 @@ from typing import Any, Literal
 
 from src.records.chat import Role
 from src.records.episode import Episode, Outcome, Sample
-from src.tasks.instance.math_problems.problems import load_rows, procedural_sample
+from src.tasks.instance.math_problems.problems import (
+    WORKED_EXAMPLE_OPERANDS,
+    load_rows,
+    procedural_sample,
+)
 from src.tasks.instance.math_problems.rewards import (
     GROUP_REWARDS,
     TEXT_REWARDS,
@@ -34,8 +38,9 @@ from src.tasks.task import (
     split_sample_ids,
 )
 
-WORKED_EXAMPLE = ("Example:\nQuestion: What is 3 + 4?\nAnswer: 3 + 4 = 7. The answer is "
-                  "\\boxed{7}.\n\n")
+_A, _B = WORKED_EXAMPLE_OPERANDS
+WORKED_EXAMPLE = (f"Example:\nQuestion: What is {_A} + {_B}?\nAnswer: {_A} + {_B} = {_A + _B}. "
+                  f"The answer is \\boxed{{{_A + _B}}}.\n\n")
 CUSTOM = "custom"  # the reward name of a verl `custom_reward_function`
 
 

@@ -34,6 +34,9 @@ def _fact(a: int, operator: str, b: int) -> str:
     return f"{a} {operator} {b}"
 
 
+_WORKED_EXAMPLE_FACT = _fact(WORKED_EXAMPLE_OPERANDS[0], "+", WORKED_EXAMPLE_OPERANDS[1])
+
+
 def procedural_problem(level: int, rng: random.Random) -> ProceduralProblem:
     """Level 1 is single-digit sums, higher levels are harder."""
     if level == 1:
@@ -61,9 +64,7 @@ def is_held_out_fact(fact: str) -> bool:
     arithmetic facts (a stable hash, not Python's salted one; 3 + 4 and 4 + 3 together,
     whatever the wording), the same for every seed and split size, so that no validation
     problem asks what a train problem or the worked example asks."""
-    if fact == _fact(WORKED_EXAMPLE_OPERANDS[0], "+", WORKED_EXAMPLE_OPERANDS[1]):
-        return False
-    return zlib.crc32(fact.encode()) % HELD_OUT_SHARE == 0
+    return fact != _WORKED_EXAMPLE_FACT and zlib.crc32(fact.encode()) % HELD_OUT_SHARE == 0
 
 
 def procedural_sample(seed: int, split: str, index: int, levels: tuple[int, ...]) -> Sample:

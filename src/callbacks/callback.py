@@ -56,6 +56,11 @@ class Callback:
         """All episodes of the batch ended; return metrics to log."""
         return {}
 
+    def on_evaluation(self, step: int, metrics: dict[str, float]) -> None:  # noqa: B027
+        """The held-out evaluation after `step` batches (0: before the first) ended; its
+        figures, under each split's prefix. It comes after `on_batch_end` and before
+        `save_state` of the same step."""
+
     def save_state(self, directory: Path) -> None:  # noqa: B027
         """Write the callback's state into `directory` (empty, created by the loop)."""
 

@@ -86,13 +86,29 @@ class RolloutConfig(StrictModel):
 
 
 class EvaluationConfig(StrictModel):
-    """Greedy or sampled evaluation on the task's validation split."""
+    """Greedy or sampled evaluation on held-out splits of the task.
+
+    `splits`: "validation" gives the figures a run reports (metrics `eval/...`, episodes
+    in evaluation/step-N.jsonl); "selection", where the task draws one, is for choices
+    made while training, such as the stopping step (metrics `selection/...`, episodes in
+    evaluation/selection/step-N.jsonl): with the RL callback's `best_metric:
+    selection/success_rate`, best/ holds the checkpoint the selection split chose, and the
+    validation figure at that step was used for nothing.
+    """
 
     every_n_batches: PositiveInt | None = None
     at_start: bool = False
     at_end: bool = False
     max_samples: PositiveInt | None = None
     temperature: float = Field(default=0.0, ge=0.0)
+    splits: list[Literal["validation", "selection"]] = Field(
+        default_factory=lambda: ["validation"], min_length=1)
+
+    @model_validator(mode="after")
+    def _splits_once(self) -> EvaluationConfig:
+        if len(set(self.splits)) != len(self.splits):
+            raise ValueError(f"splits {self.splits} names a split twice")
+        return self
 
 
 class WandbConfig(StrictModel):

@@ -88,15 +88,28 @@ def task_metrics(records: Sequence[EpisodeRecord], prefix: str) -> dict[str, flo
     return {key: sum(values) / len(values) for key, values in sums.items()}
 
 
+# Metric prefixes of the held-out splits; "eval/" is the validation split's, as it always was.
+EVALUATION_PREFIXES = {"validation": "eval/", "selection": "selection/"}
+
+
+def evaluation_file(output_dir: Path, step: int, split: str = "validation") -> Path:
+    """Where an evaluation's episodes go: evaluation/step-N.jsonl for the validation split,
+    evaluation/<split>/step-N.jsonl for another."""
+    folder = output_dir / "evaluation"
+    return (folder if split == "validation" else folder / split) / f"step-{step:06d}.jsonl"
+
+
 def evaluate_on_validation(task: Task[Any], agent: Agent,
                            max_samples: int | None, temperature: float, chunk: int,
                            random_seed: int, step: int, output_dir: Path,
-                           faults: FaultPolicy | None = None) -> dict[str, float]:
-    """Roll out the first `max_samples` validation samples once each, `chunk` episodes at a
-    time, at `temperature`; write them to output_dir/evaluation/step-N.jsonl and return the
-    `eval/` statistics ({} when the task has no validation samples).
+                           faults: FaultPolicy | None = None,
+                           split: str = "validation") -> dict[str, float]:
+    """Roll out the first `max_samples` samples of a held-out split once each, `chunk`
+    episodes at a time, at `temperature`; write them to `evaluation_file` and return their
+    statistics under the split's prefix ({} when the task has no samples in that split).
+    Every split draws the same episode seeds: the splits differ only in their samples.
     """
-    ids = list(task.sample_ids("validation"))[:max_samples]
+    ids = list(task.sample_ids(split))[:max_samples]
     if not ids:
         return {}
     records: list[EpisodeRecord] = []
@@ -108,10 +121,11 @@ def evaluate_on_validation(task: Task[Any], agent: Agent,
                                  faults or FaultPolicy())
             records += [episode.to_record() for episode in episodes]
     # Every evaluation episode, for statistics beyond the logged means (spreads, tables).
-    atomic_write_text(output_dir / "evaluation" / f"step-{step:06d}.jsonl", "".join(
+    atomic_write_text(evaluation_file(output_dir, step, split), "".join(
         json.dumps(record.model_dump(mode="json")) + "\n" for record in records))
-    stats = episode_statistics(records, prefix="eval/")
-    stats.update(task_metrics(records, "eval/"))
+    prefix = EVALUATION_PREFIXES[split]
+    stats = episode_statistics(records, prefix=prefix)
+    stats.update(task_metrics(records, prefix))
     return stats
 
 
@@ -212,14 +226,20 @@ class ExperimentLoop:
 
     # ---- evaluation ----------------------------------------------------------------
     def evaluate(self, step: int) -> dict[str, float]:
+        """Each of `evaluation.splits`; the callbacks see the figures (a best checkpoint may
+        be chosen by one) before the batch's state is saved."""
         self._serve_latest_policy()  # whatever a pool's max_staleness: step `step`'s policy
-        rollout = self.assignment.rollout
-        stats = evaluate_on_validation(
-            self.task, self.components.agent, self.assignment.evaluation.max_samples,
-            self.assignment.evaluation.temperature, rollout.batch_size * rollout.group_size,
-            self.assignment.random_seed, step, self.run.path, self.assignment.rollout.faults)
+        rollout, evaluation = self.assignment.rollout, self.assignment.evaluation
+        stats: dict[str, float] = {}
+        for split in evaluation.splits:
+            stats.update(evaluate_on_validation(
+                self.task, self.components.agent, evaluation.max_samples,
+                evaluation.temperature, rollout.batch_size * rollout.group_size,
+                self.assignment.random_seed, step, self.run.path, rollout.faults, split))
         if stats:
             self.metrics.log(step, stats)
+            for callback in self.components.callbacks.values():
+                callback.on_evaluation(step, stats)
         return stats
 
     # ---- the run -------------------------------------------------------------------

@@ -12,7 +12,10 @@ round count, the round limit, the status and the gymnasium return shapes the sam
 every task.
 
 Numbered samples use one id scheme, `<split>-NNNNNN` (`split_sample_ids`,
-`parse_split_sample_id`).
+`parse_split_sample_id`). Splits: "train" is trained on; "validation" is the held-out set
+whose figures a run reports; "selection", which a task may leave empty, is a second
+held-out draw for choices made while training (the stopping step), so that the reported
+validation figure was never used to choose anything.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import gymnasium
 
 from src.records.episode import Episode, EpisodeStatus, Outcome, Sample
 
-SPLITS = ("train", "validation")
+SPLITS = ("train", "validation", "selection")
 _TEXT_SPACE = gymnasium.spaces.Text(max_length=1_000_000)
 
 EpisodeT = TypeVar("EpisodeT", bound="EpisodeEnv[Any]")
@@ -82,7 +85,8 @@ class Task(ABC, Generic[EpisodeT]):
     # ---- samples -------------------------------------------------------------------
     @abstractmethod
     def sample_ids(self, split: str = "train") -> Sequence[str]:
-        """The ids of the samples of a split ("train" or "validation")."""
+        """The ids of the samples of a split (one of `SPLITS`; none for a split the task
+        does not draw)."""
 
     @final
     def get_sample(self, sample_id: str) -> Sample:

@@ -41,3 +41,38 @@ def test_zero_batches_only_evaluate(tmp_path: Path, capsys) -> None:
     printed = capsys.readouterr().out
     assert "100.0% [67.6, 100.0] (8/8) at step 0\n" in printed
     assert "{}" not in printed  # no empty training summary
+
+
+def test_selection_split_is_evaluated_beside_validation(tmp_path: Path) -> None:
+    """The oracle on DB-bench, both held-out splits: each its own episodes, file and prefix."""
+    text = (PROJECT_ROOT / "configs" / "assignments" / "smoke_oracle_db_bench.yaml").read_text()
+    config = tmp_path / "selection.yaml"
+    config.write_text(text.replace("num_validation: 22,", "num_validation: 22, num_selection: 6,")
+                      .replace("evaluation: {at_end: true}",
+                               "evaluation: {at_start: true, splits: [selection, validation]}")
+                      .replace("num_epochs: 1}", "num_epochs: 1, max_batches: 0}"))
+    output = tmp_path / "run"
+    assert main(["--config_path", str(config), "--output_dir", str(output),
+                 "--no_progress"]) == 0
+    [row] = [json.loads(line) for line in (output / "metrics.jsonl").open()]
+    assert row["selection/episodes"] == 6.0 and row["eval/episodes"] == 22.0
+    assert row["selection/success_rate"] == row["eval/success_rate"] == 1.0
+    selection = [json.loads(line)["sample_id"] for line in
+                 (output / "evaluation" / "selection" / "step-000000.jsonl").open()]
+    validation = [json.loads(line)["sample_id"] for line in
+                  (output / "evaluation" / "step-000000.jsonl").open()]
+    assert selection == [f"selection-{index:06d}" for index in range(6)]
+    assert validation == [f"validation-{index:06d}" for index in range(22)]
+
+
+def test_a_selection_split_the_task_does_not_draw_is_refused(tmp_path: Path, capsys) -> None:
+    text = (PROJECT_ROOT / "configs" / "assignments" / "smoke_oracle_math.yaml").read_text()
+    config = tmp_path / "selection.yaml"
+    config.write_text(text.replace("evaluation: {at_end: true}",
+                                   "evaluation: {at_end: true, splits: [selection]}"))
+    assert main(["--config_path", str(config), "--output_dir", str(tmp_path / "run"),
+                 "--no_progress"]) == 2
+    error = capsys.readouterr().err
+    assert (f"{config}:14, key 'assignment_config.evaluation.splits': names 'selection', but "
+            "the task MathProblemsTask draws no selection samples") in error
+    assert not (tmp_path / "run").exists()  # refused before the run folder is made

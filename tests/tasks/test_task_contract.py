@@ -62,6 +62,7 @@ class EchoEpisode(EpisodeEnv[EchoTask]):
 def test_one_id_scheme_for_numbered_splits() -> None:
     assert split_sample_ids("validation", 2) == ["validation-000000", "validation-000001"]
     assert parse_split_sample_id("train-000012") == ("train", 12)
+    assert parse_split_sample_id("selection-000003") == ("selection", 3)
     for malformed in ("test-000001", "train-x", "train"):
         with pytest.raises(KeyError, match="malformed sample id"):
             parse_split_sample_id(malformed)

@@ -318,6 +318,11 @@ class RLTrainingCallback(Callback):
             self.kl.update(metrics["kl"], n_steps=len(indices))
         return metrics
 
+    def on_evaluation(self, step: int, metrics: dict[str, float]) -> None:
+        # so that `best_metric` may name a held-out figure, selection/success_rate say; the
+        # next batch's metrics replace these
+        self._last_metrics = {**self._last_metrics, **metrics}
+
     # ---- state ---------------------------------------------------------------------
     def save_state(self, directory: Path) -> None:
         value = self._last_metrics.get(self.best_metric) if self.best_metric else None

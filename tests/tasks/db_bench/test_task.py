@@ -125,3 +125,30 @@ def test_stratified_validation_takes_each_skill_in_turn() -> None:
     # the train split is drawn as before
     assert [task.get_sample(i) for i in task.sample_ids("train")] == [
         drawn.get_sample(i) for i in drawn.sample_ids("train")]
+
+
+def test_selection_split_is_a_second_held_out_draw() -> None:
+    """Selection problems: stratified like validation's, none of them a validation or a
+    train problem, and adding them changes neither of those splits."""
+    task = DBBenchSingleSkill(num_train=200, num_validation=44, num_selection=44, seed=7,
+                              stratified_validation=True)
+    plain = DBBenchSingleSkill(num_train=200, num_validation=44, seed=7,
+                               stratified_validation=True)
+    selection = [task.get_sample(i) for i in task.sample_ids("selection")]
+    assert [sample.sample_id for sample in selection][:2] == ["selection-000000",
+                                                              "selection-000001"]
+    assert [sample.category for sample in selection] == list(task.skills) * 2
+    problems = {split: [task.get_sample(i).data for i in task.sample_ids(split)]
+                for split in ("train", "validation")}
+    assert not [sample for sample in selection
+                if sample.data in problems["validation"] or sample.data in problems["train"]]
+    for split in ("train", "validation"):
+        assert problems[split] == [plain.get_sample(i).data for i in plain.sample_ids(split)]
+    assert plain.sample_ids("selection") == []
+
+
+def test_only_the_procedural_source_draws_selection_problems(tmp_path) -> None:
+    with pytest.raises(ValueError, match="num_selection: 8 selection problems asked of source "
+                                         "'lifelong_agent_bench'"):
+        DBBenchSingleSkill(skill_to_tasks_path=str(tmp_path / "skill_to_tasks.json"),
+                           num_selection=8)

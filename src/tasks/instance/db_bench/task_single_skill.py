@@ -119,6 +119,7 @@ class DBBenchSingleSkill(Task["DBBenchEpisode"]):
         skills: list[str] | None = None,
         num_train: int = 1024,
         num_validation: int = 64,
+        num_selection: int = 0,
         seed: int | None = None,
         random_seed: int | None = None,
         sandbox: SandboxSettings | None = None,
@@ -134,7 +135,10 @@ class DBBenchSingleSkill(Task["DBBenchEpisode"]):
         else procedural. `random_seed` is the seed's name for `seed` (default 0).
         `stratified_validation`: validation sample i takes the i-th skill in turn (so 88
         samples hold 4 of each of 22 skills) instead of a random one, for per-skill
-        figures with equal counts."""
+        figures with equal counts; the selection split is stratified the same way.
+        `num_selection`: problems of a second held-out draw, for choosing the stopping
+        step apart from the validation problems (procedural source only: a data file's
+        held-out rows are the validation split's)."""
         super().__init__(max_round=max_round)
         if seed is not None and random_seed is not None and seed != random_seed:
             raise ValueError(f"seed {seed} and random_seed {random_seed} differ: give one")
@@ -142,6 +146,7 @@ class DBBenchSingleSkill(Task["DBBenchEpisode"]):
         self.sandbox_settings = SandboxSettings.model_validate(sandbox or {})
         self.num_train = num_train
         self.num_validation = num_validation
+        self.num_selection = num_selection
         self.seed = next((value for value in (seed, random_seed) if value is not None), 0)
         self.reward_correct = reward_correct
         self.reward_incorrect = reward_incorrect
@@ -156,6 +161,10 @@ class DBBenchSingleSkill(Task["DBBenchEpisode"]):
             ("single_skill_task_generator", single_skill_task_generator)) if value is not None]
         if source is None:
             source = "lifelong_agent_bench" if data_sources else "procedural"
+        if num_selection and source != "procedural":
+            raise ValueError(f"num_selection: {num_selection} selection problems asked of source "
+                             f"'{source}', but only the procedural source draws a selection "
+                             "split")
         if source == "agentbench":
             if data_sources != ["data_file_path"] or skills is not None:
                 raise ValueError("source 'agentbench' needs data_file_path (an AgentBench jsonl) "
@@ -191,10 +200,11 @@ class DBBenchSingleSkill(Task["DBBenchEpisode"]):
 
     # ---- samples -------------------------------------------------------------------
     def sample_ids(self, split: str = "train") -> Sequence[str]:
-        if self._fixed:
-            return list(self._fixed)
-        return split_sample_ids(split, self.num_train if split == "train"
-                                else self.num_validation)
+        if self._fixed:  # an evaluation set: the same rows for train and validation
+            return [] if split == "selection" else list(self._fixed)
+        return split_sample_ids(split, {"train": self.num_train,
+                                        "validation": self.num_validation,
+                                        "selection": self.num_selection}.get(split, 0))
 
     def _get_sample(self, sample_id: str) -> Sample:
         if self._fixed:
@@ -209,7 +219,7 @@ class DBBenchSingleSkill(Task["DBBenchEpisode"]):
         if not choices:
             raise KeyError(f"sample '{sample_id}': no {split} tasks for skills {list(self.skills)}")
         skill = rng.choice(choices)  # drawn either way: the problem's own draws stay the same
-        if split == "validation" and self.stratified_validation:
+        if split != "train" and self.stratified_validation:
             skill = choices[index % len(choices)]
         problem = self._generator.generate(skill, split, rng)
         return Sample(sample_id=sample_id, category=skill, data=problem.model_dump(mode="json"))

@@ -110,8 +110,8 @@ class EconDecisionTask(Task["EconEpisode"]):
 
     # ---- samples -------------------------------------------------------------------
     def sample_ids(self, split: str = "train") -> Sequence[str]:
-        return split_sample_ids(split, self.num_train if split == "train"
-                                else self.num_validation)
+        return split_sample_ids(split, {"train": self.num_train,
+                                        "validation": self.num_validation}.get(split, 0))
 
     def _economy_seed(self, split: str, economy: int) -> int:
         sequence = np.random.SeedSequence([self.seed, SPLITS.index(split), _ECONOMY_STREAM,

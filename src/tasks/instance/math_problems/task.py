@@ -102,14 +102,13 @@ class MathProblemsTask(Task["MathEpisode"]):
                                  f"num_validation={num_validation}")
         start_verifier()  # not within the first step's time limit
 
-    # Validation takes the last rows of a file; procedural splits use their own seeds.
+    # Validation takes the last rows of a file; procedural splits use their own seeds. No
+    # selection split: the procedural one would ask the validation split's held-out facts.
     def sample_ids(self, split: str = "train") -> Sequence[str]:
-        if self.source == "procedural":
-            count = self.num_train if split == "train" else self.num_validation
-        else:
-            count = (len(self._rows) - self.num_validation if split == "train"
-                     else self.num_validation)
-        return split_sample_ids(split, count)
+        train = (self.num_train if self.source == "procedural"
+                 else len(self._rows) - self.num_validation)
+        return split_sample_ids(split, {"train": train,
+                                        "validation": self.num_validation}.get(split, 0))
 
     def _get_sample(self, sample_id: str) -> Sample:
         split, index = parse_split_sample_id(sample_id)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -18,6 +19,17 @@ from pydantic import (
 
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _each_once(splits: list[str]) -> list[str]:
+    if len(set(splits)) != len(splits):
+        raise ValueError(f"{splits} names a split twice")
+    return splits
+
+
+# The held-out splits an evaluation rolls out, each at most once (src.tasks.task.SPLITS).
+EvaluationSplits = Annotated[list[Literal["validation", "selection"]], Field(min_length=1),
+                             AfterValidator(_each_once)]
 
 
 class ComponentConfig(StrictModel):
@@ -101,14 +113,7 @@ class EvaluationConfig(StrictModel):
     at_end: bool = False
     max_samples: PositiveInt | None = None
     temperature: float = Field(default=0.0, ge=0.0)
-    splits: list[Literal["validation", "selection"]] = Field(
-        default_factory=lambda: ["validation"], min_length=1)
-
-    @model_validator(mode="after")
-    def _splits_once(self) -> EvaluationConfig:
-        if len(set(self.splits)) != len(self.splits):
-            raise ValueError(f"splits {self.splits} names a split twice")
-        return self
+    splits: EvaluationSplits = Field(default_factory=lambda: ["validation"])
 
 
 class WandbConfig(StrictModel):

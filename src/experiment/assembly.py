@@ -161,23 +161,24 @@ def plan_experiment(config: ExperimentConfig, source: YamlSource) -> ExperimentP
     if assignment.rollout.max_staleness > 0:
         _check_overlapped_rollouts(plan)
     if "selection" in assignment.evaluation.splits:
-        _check_selection_split(plan)
+        check_selection_split(plan.task, source, (*root, "evaluation", "splits"))
     return plan
 
 
-def _check_selection_split(plan: ExperimentPlan) -> None:
+def check_selection_split(task_plan: ComponentPlan, source: YamlSource,
+                          splits_key: tuple[str | int, ...]) -> None:
     """Evaluating a selection split needs a task that draws one: build the task (no model
     is loaded) and ask, before the run folder is made."""
-    task = instantiate(plan.task, {})
+    task = instantiate(task_plan, {})
     try:
         drawn = len(task.sample_ids("selection"))
     finally:
         task.close()
     if not drawn:
-        raise plan.source.error(
+        raise source.error(
             f"names 'selection', but the task {task.__class__.__name__} draws no selection "
             "samples as configured (DB-bench's procedural source draws them: set its "
-            "num_selection)", ("assignment_config", "evaluation", "splits"))
+            "num_selection)", splits_key)
 
 
 def _check_overlapped_rollouts(plan: ExperimentPlan) -> None:

@@ -129,6 +129,18 @@ def evaluate_on_validation(task: Task[Any], agent: Agent,
     return stats
 
 
+def evaluate_splits(task: Task[Any], agent: Agent, splits: Sequence[str],
+                    max_samples: int | None, temperature: float, chunk: int,
+                    random_seed: int, step: int, output_dir: Path,
+                    faults: FaultPolicy | None = None) -> dict[str, float]:
+    """`evaluate_on_validation` on each held-out split in turn, their figures together."""
+    stats: dict[str, float] = {}
+    for split in splits:
+        stats.update(evaluate_on_validation(task, agent, max_samples, temperature, chunk,
+                                            random_seed, step, output_dir, faults, split))
+    return stats
+
+
 class ExperimentLoop:
     def __init__(self, assignment: AssignmentConfig, components: Components,
                  run: RunDirectory, show_progress: bool = True) -> None:
@@ -230,12 +242,11 @@ class ExperimentLoop:
         be chosen by one) before the batch's state is saved."""
         self._serve_latest_policy()  # whatever a pool's max_staleness: step `step`'s policy
         rollout, evaluation = self.assignment.rollout, self.assignment.evaluation
-        stats: dict[str, float] = {}
-        for split in evaluation.splits:
-            stats.update(evaluate_on_validation(
-                self.task, self.components.agent, evaluation.max_samples,
-                evaluation.temperature, rollout.batch_size * rollout.group_size,
-                self.assignment.random_seed, step, self.run.path, rollout.faults, split))
+        stats = evaluate_splits(self.task, self.components.agent, evaluation.splits,
+                                evaluation.max_samples, evaluation.temperature,
+                                rollout.batch_size * rollout.group_size,
+                                self.assignment.random_seed, step, self.run.path,
+                                rollout.faults)
         if stats:
             self.metrics.log(step, stats)
             for callback in self.components.callbacks.values():

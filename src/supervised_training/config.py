@@ -8,9 +8,9 @@ from pathlib import Path
 from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
 
 from src.agents.agent import Agent
-from src.configuration.assignment import ComponentConfig, StrictModel
+from src.configuration.assignment import ComponentConfig, EvaluationSplits, StrictModel
 from src.configuration.yaml_source import YamlSource, declares_top_level_key, validate_keyed
-from src.experiment.assembly import ComponentPlan, plan_component
+from src.experiment.assembly import ComponentPlan, check_selection_split, plan_component
 from src.language_models.language_model import TrainableLanguageModel
 from src.records.episode import Outcome
 from src.tasks.task import Task
@@ -72,13 +72,20 @@ class SupervisedSettings(StrictModel):
 
 
 class SupervisedEvaluationConfig(StrictModel):
-    """The agent on the task's validation split: at the start, every `every_steps`
-    optimiser steps (at a commit point) and at the end."""
+    """The agent on the task's held-out splits: at the start, every `every_steps`
+    optimiser steps (at a commit point) and at the end. `splits` as the assignment's
+    `evaluation.splits`; best/ is the step with the most selection successes where the
+    selection split is evaluated, else the most validation successes."""
 
     every_steps: PositiveInt | None = None
     max_samples: PositiveInt | None = None
     temperature: NonNegativeFloat = 0.0
     batch_size: PositiveInt = 32  # episodes rolled out together
+    splits: EvaluationSplits = Field(default_factory=lambda: ["validation"])
+
+    @property
+    def best_metric(self) -> str:
+        return "selection/success_rate" if "selection" in self.splits else "eval/success_rate"
 
 
 class SupervisedTrainingConfig(StrictModel):
@@ -143,4 +150,6 @@ def plan_supervised_training(config: SupervisedExperimentConfig,
     names = {supervised.language_model.name: language_model}
     task = plan_component(supervised.task, (*root, "task"), source, Task, names)
     agent = plan_component(supervised.agent, (*root, "agent"), source, Agent, names)
+    if supervised.evaluation is not None and "selection" in supervised.evaluation.splits:
+        check_selection_split(task, source, (*root, "evaluation", "splits"))
     return SupervisedTrainingPlan(config, source, language_model, task, agent)

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from src.experiment.assembly import instantiate
-from src.experiment.loop import evaluate_on_validation
+from src.experiment.loop import evaluate_splits
 from src.experiment.run_directory import (
     RunDirectory,
     RunNotFound,
@@ -84,9 +84,9 @@ def train(plan: SupervisedTrainingPlan, run: RunDirectory, state: RunState,
         def evaluate(step: int) -> dict[str, float]:
             assert evaluation is not None
             chunk = min(evaluation.batch_size, evaluation.max_samples or evaluation.batch_size)
-            return evaluate_on_validation(task, agent, evaluation.max_samples,
-                                          evaluation.temperature, chunk,
-                                          supervised.random_seed, step, run.path)
+            return evaluate_splits(task, agent, evaluation.splits, evaluation.max_samples,
+                                   evaluation.temperature, chunk, supervised.random_seed,
+                                   step, run.path)
 
         trainer = SupervisedTrainer(supervised, language_model, rows, run.path,
                                     evaluate if evaluation is not None else None,

@@ -8,7 +8,8 @@ mini-batches of `batch_size` (similar lengths, less padding), whose order is shu
 again. One optimiser step per mini-batch through the training core's learner:
 L = sum over the mini-batch's masked tokens of -log p / their count (token mean), AdamW,
 warmup then cosine. A commit point every `save_every_steps` steps (and wherever an
-evaluation falls): metrics, the checkpoint, the run state; `best/` by held-out success.
+evaluation falls): metrics, the checkpoint, the run state; `best/` by held-out success
+(on the selection split where it is evaluated, so that the validation figure chose nothing).
 
 Files under output_dir/training_state/: checkpoint-NNNNNN/ (NNNNNN: optimiser steps) and
 best/, in the layout of every pipeline (src.training.checkpoints), the last 3 kept.
@@ -38,7 +39,6 @@ from src.training.token_metrics import TokenMetrics
 from src.training.token_rows import TokenRows
 
 CHECKPOINTS_KEPT = 3
-BEST_METRIC = "eval/success_rate"
 
 
 def length_bucketed_batches(lengths: Sequence[int], batch_size: int, window_batches: int,
@@ -150,10 +150,12 @@ class SupervisedTrainer:
             # Sampling reseeds torch; training's dropout must not depend on evaluation.
             with torch.random.fork_rng():
                 metrics = metrics | self.evaluate(step)
-            score = metrics.get(BEST_METRIC)
+            assert self.config.evaluation is not None  # evaluate is given with it
+            best_metric = self.config.evaluation.best_metric
+            score = metrics.get(best_metric)
             if step > 0 and score is not None and (
                     self.best is None or score > self.best["value"]):
-                self.best = {"metric": BEST_METRIC, "step": step, "value": score}
+                self.best = {"metric": best_metric, "step": step, "value": score}
         self.metrics.log(step, metrics)
 
     def _save_checkpoint(self, step: int) -> None:

@@ -152,3 +152,38 @@ def test_rejection_sampling_keeps_only_the_runs_successes(tiny_model_path: Path,
     assert len(kept) == len(correct) + 1 and len(records) == 2
     assert kept[-1]["system_prompt"] == "Be terse." and kept[-1]["chat"] == [
         ["user", "1+1?"], ["agent", "2"]]
+
+
+def test_best_is_chosen_on_the_selection_split_where_it_is_evaluated(
+        tiny_model_path: Path, tmp_path: Path) -> None:
+    text = CONFIG.format(output=tmp_path / "out", model=tiny_model_path, extra_source="")
+    config = tmp_path / "selection.yaml"
+    config.write_text(
+        text.replace("name: math_problems\n    parameters: {num_train: 12, num_validation: 2, "
+                     "max_round: 1}",
+                     "name: db_bench_single_skill\n    parameters: {num_train: 4, "
+                     "num_validation: 2, num_selection: 2, max_round: 1}")
+        .replace("oracle: {num_samples: 12}", "oracle: {num_samples: 4}")
+        .replace("epochs: 3", "epochs: 1")
+        .replace("evaluation: {every_steps: 4,",
+                 "evaluation: {splits: [selection, validation], every_steps: 1,"))
+    assert run_command(config) == 0
+    rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").open()]
+    assert [row["step"] for row in rows] == [0, 1]
+    assert all("selection/success_rate" in row and "eval/success_rate" in row for row in rows)
+    best = json.loads((tmp_path / "out" / "training_state" / "best" / "best.json").read_text())
+    assert best["metric"] == "selection/success_rate" and best["step"] == 1
+    assert (tmp_path / "out" / "evaluation" / "selection" / "step-000001.jsonl").is_file()
+
+
+def test_a_selection_split_the_task_does_not_draw_is_refused(
+        tiny_model_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    text = CONFIG.format(output=tmp_path / "out", model=tiny_model_path, extra_source="")
+    config = tmp_path / "selection.yaml"
+    config.write_text(text.replace("evaluation: {every_steps: 4,",
+                                   "evaluation: {splits: [selection], every_steps: 4,"))
+    assert run_command(config) == 2
+    assert (f"{config}:26, key 'supervised_training_config.evaluation.splits': names "
+            "'selection', but the task MathProblemsTask draws no selection samples"
+            ) in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -143,8 +143,9 @@ def test_best_checkpoint_follows_the_metric(tiny_model_path: Path, tmp_path: Pat
 
 def test_best_checkpoint_can_follow_a_held_out_figure(tiny_model_path: Path,
                                                      tmp_path: Path) -> None:
-    """best_metric naming an evaluation figure: only evaluated steps compete, and a later
-    batch's training metrics do not carry an earlier evaluation's figure along."""
+    """best_metric naming an evaluation figure: only evaluated steps compete, a later
+    batch's training metrics do not carry an earlier evaluation's figure along, and best/
+    names the batch (its checkpoint) even after a batch that made no optimiser step."""
     model = make_model(tiny_model_path)
     callback = RLTrainingCallback(model, learning_rate=1e-2,
                                   best_metric="selection/success_rate")
@@ -153,7 +154,9 @@ def test_best_checkpoint_can_follow_a_held_out_figure(tiny_model_path: Path,
     store = CheckpointStore(state)
     evaluations = {1: 0.25, 2: None, 3: 0.5, 4: 0.5}  # ties keep the earlier step
     for step, figure in evaluations.items():
-        callback.on_batch_end(BatchContext(step - 1, sampled_episodes(model, [[0.0, 1.0]]), 2))
+        # batch 2: every group dropped (dynamic sampling), nothing to train on
+        episodes = [] if step == 2 else sampled_episodes(model, [[0.0, 1.0]])
+        callback.on_batch_end(BatchContext(step - 1, episodes, 2))
         if figure is not None:
             callback.on_evaluation(step, {"selection/success_rate": figure,
                                           "eval/success_rate": 1.0 - figure})
@@ -163,6 +166,7 @@ def test_best_checkpoint_can_follow_a_held_out_figure(tiny_model_path: Path,
         assert (state / f"checkpoint-{step:06d}" / "best.json").exists() == (step in (1, 3))
     best = json.loads((state / "best" / "best.json").read_text())
     assert best == {"metric": "selection/success_rate", "value": 0.5, "step": 3}
+    assert callback.learner.step == 3  # optimiser steps: batches 1, 3 and 4
 
 
 def test_cosine_schedule_counts_mini_batches_and_epochs(tiny_model_path: Path) -> None:

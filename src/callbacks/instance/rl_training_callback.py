@@ -120,6 +120,7 @@ class RLTrainingCallback(Callback):
                                 cpus_per_trainer_worker, gpus_per_trainer_worker))
         self.best_value: float | None = None
         self._last_metrics: dict[str, float] = {}
+        self._batch_step = 0
 
     # ---- schedule ------------------------------------------------------------------
     def on_run_start(self, total_batches: int, episodes_per_batch: int | None = None) -> None:
@@ -145,6 +146,9 @@ class RLTrainingCallback(Callback):
 
     # ---- the update ----------------------------------------------------------------
     def on_batch_end(self, batch: BatchContext) -> dict[str, float]:
+        # the loop's step, which names the checkpoint (a batch may make no optimiser step)
+        self._batch_step = batch.batch_index + 1
+        self._last_metrics = {}  # nothing of an earlier batch or evaluation carries over
         # an episode whose environment or model failed says nothing about the policy
         episodes = [e for e in batch.episodes if not e.status.failed
                     and e.trajectory and e.trajectory.completion_token_count]
@@ -337,7 +341,7 @@ class RLTrainingCallback(Callback):
         })
         if new_best:  # the loop copies it to best/ once the batch is committed
             mark_best(directory, {"metric": self.best_metric, "value": value,
-                                  "step": self.learner.step})
+                                  "step": self._batch_step})
 
     def close(self) -> None:
         if isinstance(self.learner, ShardedLearner):

@@ -169,7 +169,10 @@ def check_selection_split(task_plan: ComponentPlan, source: YamlSource,
                           splits_key: tuple[str | int, ...]) -> None:
     """Evaluating a selection split needs a task that draws one: build the task (no model
     is loaded) and ask, before the run folder is made."""
-    task = instantiate(task_plan, {})
+    try:
+        task = instantiate(task_plan, {})
+    except (ValueError, TypeError, KeyError, OSError) as error:  # its own parameter checks
+        raise source.error(f"the task cannot be built: {error}", task_plan.key_path) from error
     try:
         drawn = len(task.sample_ids("selection"))
     finally:

@@ -76,3 +76,15 @@ def test_a_selection_split_the_task_does_not_draw_is_refused(tmp_path: Path, cap
     assert (f"{config}:14, key 'assignment_config.evaluation.splits': names 'selection', but "
             "the task MathProblemsTask draws no selection samples") in error
     assert not (tmp_path / "run").exists()  # refused before the run folder is made
+
+
+def test_a_task_that_cannot_be_built_is_named_when_selection_is_checked(tmp_path: Path,
+                                                                         capsys) -> None:
+    """The selection check builds the task at planning: its own errors become config
+    errors with the task's key, not tracebacks."""
+    text = (PROJECT_ROOT / "configs" / "assignments" / "db_bench_rl_selection.yaml").read_text()
+    config = tmp_path / "selection.yaml"
+    config.write_text(text.replace("source: procedural", "source: agentbench"))
+    assert main(["--config_path", str(config), "--dry_run"]) == 2
+    error = capsys.readouterr().err
+    assert "key 'assignment_config.task': the task cannot be built: num_selection: 88" in error

@@ -48,18 +48,17 @@ def stopping_step_table(output_dir: Path) -> str:
                          "step-N.jsonl); evaluate with evaluation.splits: [selection, validation]")
     selection = {step: counts for step in steps
                  if (counts := _successes(evaluation_file(output_dir, step, "selection")))}
+    validation = {step: _successes(evaluation_file(output_dir, step)) for step in steps}
     choice = chosen_step(selection)
+
+    def cell(counts: tuple[int, int] | None) -> str:
+        return success_with_interval(*counts) if counts else "not evaluated"
+
     lines = ["| step | selection | validation |", "| --- | --- | --- |"]
     for step in steps:
-        validation = _successes(evaluation_file(output_dir, step))
-        cells = [success_with_interval(*selection[step]),
-                 success_with_interval(*validation) if validation else "not evaluated"]
         mark = " (chosen)" if step == choice else ""
-        lines.append(f"| {step}{mark} | " + " | ".join(cells) + " |")
-    validation = _successes(evaluation_file(output_dir, choice))
-    lines.append("")
-    lines.append(f"chosen step {choice}: validation "
-                 + (success_with_interval(*validation) if validation else "not evaluated"))
+        lines.append(f"| {step}{mark} | {cell(selection[step])} | {cell(validation[step])} |")
+    lines += ["", f"chosen step {choice}: validation {cell(validation[choice])}"]
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ from src.agents.agent import Agent
 from src.configuration.assignment import ComponentConfig, EvaluationSplits, StrictModel
 from src.configuration.yaml_source import YamlSource, declares_top_level_key, validate_keyed
 from src.experiment.assembly import ComponentPlan, check_selection_split, plan_component
+from src.experiment.loop import EVALUATION_PREFIXES
 from src.language_models.language_model import TrainableLanguageModel
 from src.records.episode import Outcome
 from src.tasks.task import Task
@@ -85,7 +86,8 @@ class SupervisedEvaluationConfig(StrictModel):
 
     @property
     def best_metric(self) -> str:
-        return "selection/success_rate" if "selection" in self.splits else "eval/success_rate"
+        split = "selection" if "selection" in self.splits else "validation"
+        return f"{EVALUATION_PREFIXES[split]}success_rate"
 
 
 class SupervisedTrainingConfig(StrictModel):

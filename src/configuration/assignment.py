@@ -106,6 +106,11 @@ class EvaluationConfig(StrictModel):
     evaluation/selection/step-N.jsonl): with the RL callback's `best_metric:
     selection/success_rate`, best/ holds the checkpoint the selection split chose, and the
     validation figure at that step was used for nothing.
+
+    `batch_size`: episodes rolled out together (default: a rollout batch, `batch_size *
+    group_size`). With low-precision weights a greedy reply can depend on which episodes
+    share its forward passes, so two runs compared reply for reply (an SFT stage and the
+    RL run that starts from it) should evaluate with the same `batch_size`.
     """
 
     every_n_batches: PositiveInt | None = None
@@ -113,6 +118,7 @@ class EvaluationConfig(StrictModel):
     at_end: bool = False
     max_samples: PositiveInt | None = None
     temperature: float = Field(default=0.0, ge=0.0)
+    batch_size: PositiveInt | None = None
     splits: EvaluationSplits = Field(default_factory=lambda: ["validation"])
 
 

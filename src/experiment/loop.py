@@ -244,7 +244,8 @@ class ExperimentLoop:
         rollout, evaluation = self.assignment.rollout, self.assignment.evaluation
         stats = evaluate_splits(self.task, self.components.agent, evaluation.splits,
                                 evaluation.max_samples, evaluation.temperature,
-                                rollout.batch_size * rollout.group_size,
+                                evaluation.batch_size
+                                or rollout.batch_size * rollout.group_size,
                                 self.assignment.random_seed, step, self.run.path,
                                 rollout.faults)
         if stats:

@@ -73,11 +73,13 @@ class SupervisedSettings(StrictModel):
 
 
 class SupervisedEvaluationConfig(StrictModel):
-    """The agent on the task's held-out splits: at the start, every `every_steps`
-    optimiser steps (at a commit point) and at the end. `splits` as the assignment's
+    """The agent on the task's held-out splits: at the start (unless `at_start: false`:
+    the base model's figures may be known from another run), every `every_steps` optimiser
+    steps (at a commit point) and at the end. `splits` as the assignment's
     `evaluation.splits`; best/ is the step with the most selection successes where the
     selection split is evaluated, else the most validation successes."""
 
+    at_start: bool = True
     every_steps: PositiveInt | None = None
     max_samples: PositiveInt | None = None
     temperature: NonNegativeFloat = 0.0
@@ -122,13 +124,20 @@ class SupervisedTrainingPlan:
     def describe(self) -> str:
         supervised = self.config.supervised_training_config
         demonstrations = supervised.demonstrations
-        sources = [name for name in ("oracle", "runs_jsonl", "chats_jsonl")
-                   if getattr(demonstrations, name) is not None]
+        sources = []
+        if demonstrations.oracle is not None:
+            count = demonstrations.oracle.num_samples
+            sources.append(f"oracle on {f'the first {count}' if count else 'all'} "
+                           "train samples")
+        if demonstrations.runs_jsonl is not None:
+            sources.append(f"runs_jsonl {demonstrations.runs_jsonl.path}")
+        if demonstrations.chats_jsonl is not None:
+            sources.append(f"chats_jsonl {demonstrations.chats_jsonl.path}")
         training = supervised.training
         lines = [f"supervised training: {self.source.path}", self.language_model.describe(),
                  self.task.describe(), self.agent.describe(),
                  f"demonstrations: {', '.join(sources)} "
-                 f"(at most {demonstrations.max_demonstrations or 'all'})",
+                 f"(at most {demonstrations.max_demonstrations or 'all'} of them)",
                  f"{training.epochs} epochs, {training.batch_size} per step, "
                  f"lr {training.optimizer.learning_rate} {training.optimizer.lr_schedule}",
                  f"output_dir: {supervised.output_dir}"]

@@ -93,8 +93,10 @@ class SupervisedTrainer:
             extra = self.learner.restore(self.store.path(done))
             self.best = extra["best"]
         elif state.metrics_bytes == 0:
+            evaluation = self.config.evaluation
             self._log(0, {"demonstrations": float(len(self.rows)),
-                          "demonstration_tokens": float(self.rows.batch.loss_mask.sum())}, True)
+                          "demonstration_tokens": float(self.rows.batch.loss_mask.sum())},
+                      evaluation is not None and evaluation.at_start)
             state = RunState(metrics_bytes=self.metrics.jsonl.size)
             run.write_state(state)
 

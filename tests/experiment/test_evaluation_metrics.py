@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from src.experiment import loop
 from src.run_experiment import main
 from tests.conftest import PROJECT_ROOT
 
@@ -88,3 +89,33 @@ def test_a_task_that_cannot_be_built_is_named_when_selection_is_checked(tmp_path
     assert main(["--config_path", str(config), "--dry_run"]) == 2
     error = capsys.readouterr().err
     assert "key 'assignment_config.task': the task cannot be built: num_selection: 88" in error
+
+
+def test_evaluation_batch_size_sets_the_episodes_rolled_out_together(
+        tmp_path: Path, monkeypatch) -> None:
+    """A spy around the real rollout records each evaluation chunk: by default a rollout
+    batch (8 x 2 = 16, so all 8 problems at once), with `batch_size: 3` chunks of 3, 3, 2,
+    and the same outcomes either way."""
+    chunks: list[int] = []
+
+    def spy(samples, *args, **kwargs):
+        chunks.append(len(samples))
+        return roll_out(samples, *args, **kwargs)
+
+    roll_out = loop._roll_out
+    monkeypatch.setattr(loop, "_roll_out", spy)
+    text = (PROJECT_ROOT / "configs" / "assignments" / "smoke_oracle_math.yaml").read_text()
+    text = text.replace("num_epochs: 1}", "num_epochs: 1, max_batches: 0}")
+    figures = []
+    for evaluation, expected in (("{at_start: true}", [8]),
+                                 ("{at_start: true, batch_size: 3}", [3, 3, 2])):
+        config = tmp_path / "evaluate.yaml"
+        config.write_text(text.replace("evaluation: {at_end: true}",
+                                       f"evaluation: {evaluation}"))
+        output = tmp_path / f"run-{len(figures)}"
+        chunks.clear()
+        assert main(["--config_path", str(config), "--output_dir", str(output),
+                     "--no_progress"]) == 0
+        assert chunks == expected
+        figures.append((output / "evaluation" / "step-000000.jsonl").read_text())
+    assert figures[0] == figures[1]

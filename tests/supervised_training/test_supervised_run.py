@@ -187,3 +187,29 @@ def test_a_selection_split_the_task_does_not_draw_is_refused(
             "'selection', but the task MathProblemsTask draws no selection samples"
             ) in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_at_start_false_skips_the_evaluation_before_training(tiny_model_path: Path,
+                                                             tmp_path: Path) -> None:
+    text = CONFIG.format(output=tmp_path / "out", model=tiny_model_path, extra_source="")
+    config = tmp_path / "late.yaml"
+    config.write_text(text.replace("evaluation: {every_steps: 4,",
+                                   "evaluation: {at_start: false, every_steps: 4,"))
+    assert run_command(config) == 0
+    rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").open()]
+    assert rows[0]["step"] == 0 and rows[0]["demonstrations"] == 12.0
+    assert [row["step"] for row in rows if "eval/success_rate" in row] == [4, 8, 9]
+    assert sorted(path.name for path in (tmp_path / "out" / "evaluation").iterdir()) == [
+        "step-000004.jsonl", "step-000008.jsonl", "step-000009.jsonl"]
+
+
+def test_the_dry_run_names_each_demonstration_source(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    text = CONFIG.format(output=tmp_path / "out", model="embedded:smollm2-135m",
+                         extra_source="chats_jsonl: {path: chats.jsonl}\n"
+                                      "    max_demonstrations: 5")
+    config = tmp_path / "plan.yaml"
+    config.write_text(text)
+    assert run_command(config, "--dry_run") == 0
+    assert ("demonstrations: oracle on the first 12 train samples, chats_jsonl chats.jsonl "
+            "(at most 5 of them)\n") in capsys.readouterr().out

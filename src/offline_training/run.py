@@ -105,12 +105,11 @@ def _validation(plan: OfflineTrainingPlan, language_model: TrainableLanguageMode
         return None, []
     models = {offline.language_model.name: language_model}
     agent = instantiate(plan.agent, models)
-    chunk = min(evaluation.batch_size, evaluation.max_samples or evaluation.batch_size)
     task: Task = instantiate(plan.task, models)
 
     def evaluate(step: int) -> dict[str, float]:
         return evaluate_on_validation(task, agent, evaluation.max_samples,
-                                      evaluation.temperature, chunk, offline.random_seed, step,
-                                      output_dir)
+                                      evaluation.temperature, evaluation.batch_size,
+                                      offline.random_seed, step, output_dir)
 
     return evaluate, [task]

@@ -83,10 +83,9 @@ def train(plan: SupervisedTrainingPlan, run: RunDirectory, state: RunState,
 
         def evaluate(step: int) -> dict[str, float]:
             assert evaluation is not None
-            chunk = min(evaluation.batch_size, evaluation.max_samples or evaluation.batch_size)
             return evaluate_splits(task, agent, evaluation.splits, evaluation.max_samples,
-                                   evaluation.temperature, chunk, supervised.random_seed,
-                                   step, run.path)
+                                   evaluation.temperature, evaluation.batch_size,
+                                   supervised.random_seed, step, run.path)
 
         trainer = SupervisedTrainer(supervised, language_model, rows, run.path,
                                     evaluate if evaluation is not None else None,

@@ -92,6 +92,12 @@ class DecoderShape:
         return cls(linear, config.hidden_size, config.vocab_size, config.num_hidden_layers,
                    config.num_key_value_heads * head, config.num_attention_heads * head)
 
+    @property
+    def matrix_parameters(self) -> int:
+        """The layers' matrices and the head: what a pass over one token multiplies, and
+        what a pass reads at the least."""
+        return self.linear_parameters + self.hidden * self.vocab
+
 
 @dataclass(frozen=True)
 class Work:
@@ -102,17 +108,20 @@ class Work:
         return Work(self.flops + other.flops, self.bytes + other.bytes)
 
 
+def _bytes_per_element(dtype: torch.dtype) -> int:
+    return torch.finfo(dtype).bits // 8
+
+
 def decode_work(shape: DecoderShape, generated_tokens: int, decode_steps: int,
                 mean_context: float, mean_batch: float, dtype: torch.dtype) -> Work:
     """At the least: each generated token multiplies every layer matrix and the head and
     attends over its context; each step reads every weight once and the batch's keys and
     values."""
-    size = torch.finfo(dtype).bits // 8
-    per_token = 2 * (shape.linear_parameters + shape.hidden * shape.vocab) \
-        + 4 * shape.layers * shape.query_width * mean_context
-    weights = (shape.linear_parameters + shape.hidden * shape.vocab) * size
+    size = _bytes_per_element(dtype)
+    per_token = 2 * shape.matrix_parameters + 4 * shape.layers * shape.query_width * mean_context
     cache = 2 * shape.layers * shape.kv_width * mean_context * mean_batch * size
-    return Work(per_token * generated_tokens, decode_steps * (weights + cache))
+    return Work(per_token * generated_tokens,
+                decode_steps * (shape.matrix_parameters * size + cache))
 
 
 def tokens_fed_by(sequences: list[list[int]], packs_shared_prefixes: bool) -> int:
@@ -129,9 +138,8 @@ def forward_work(shape: DecoderShape, fed_tokens: int, scored_tokens: int,
                  dtype: torch.dtype) -> Work:
     """A forward without gradients (a reference or old log-prob pass): 2 FLOPs per weight
     and fed token, the head at the scored positions; weights read once."""
-    size = torch.finfo(dtype).bits // 8
     flops = 2 * shape.linear_parameters * fed_tokens + 2 * shape.hidden * shape.vocab * scored_tokens
-    return Work(flops, (shape.linear_parameters + shape.hidden * shape.vocab) * size)
+    return Work(flops, shape.matrix_parameters * _bytes_per_element(dtype))
 
 
 def training_work(shape: DecoderShape, fed_tokens: int, scored_tokens: int,
@@ -139,9 +147,8 @@ def training_work(shape: DecoderShape, fed_tokens: int, scored_tokens: int,
     """Forward and backward of the frozen base (2 + 2 FLOPs per weight and token: the
     backward needs gradients of activations only; LoRA's are negligible) and the head at
     the scored positions (2 + 2 + 2); weights read once each way."""
-    size = torch.finfo(dtype).bits // 8
     flops = 4 * shape.linear_parameters * fed_tokens + 6 * shape.hidden * shape.vocab * scored_tokens
-    return Work(flops, 2 * (shape.linear_parameters + shape.hidden * shape.vocab) * size)
+    return Work(flops, 2 * shape.matrix_parameters * _bytes_per_element(dtype))
 
 
 def roofline_line(label: str, work: Work, seconds: float, dtype: torch.dtype,

@@ -10,7 +10,7 @@ from typing import Any
 
 from src.configuration.assignment import TrackersConfig
 from src.experiment.trackers import Tracker, open_trackers
-from src.records.episode import EpisodeRecord, EpisodeStatus, Outcome
+from src.records.episode import EpisodeRecord, EpisodeStatus, count_successes
 from src.storage.files import JsonlLog
 
 
@@ -22,7 +22,7 @@ def episode_statistics(records: Sequence[EpisodeRecord], prefix: str = "") -> di
     count = len(records)
     stats = {
         f"{prefix}reward": statistics.fmean(rewards),
-        f"{prefix}success_rate": sum(r.outcome is Outcome.CORRECT for r in records) / count,
+        f"{prefix}success_rate": count_successes(records) / count,
         f"{prefix}turns/mean": statistics.fmean(r.turns for r in records),
         f"{prefix}completions/mean_length": statistics.fmean(r.completion_tokens for r in records),
         f"{prefix}episodes": float(count),

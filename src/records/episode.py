@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
@@ -62,6 +63,12 @@ class EpisodeRecord(BaseModel):
     policy_version: int | None = None
     chat: list[ChatMessage]
     info: dict[str, Any] = Field(default_factory=dict)
+
+
+def count_successes(records: Iterable[EpisodeRecord]) -> int:
+    """How many of the episodes ended with outcome `correct`: the one definition of a
+    success that every success rate and table counts by."""
+    return sum(record.outcome is Outcome.CORRECT for record in records)
 
 
 class EpisodeEnvironment(Protocol):

@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from src.records.episode import EpisodeRecord, Outcome
+from src.records.episode import EpisodeRecord, count_successes
 from src.report.run_end import success_with_interval
 from src.storage.files import read_validated_json_lines
 
@@ -38,7 +38,7 @@ def success_table(runs: dict[str, list[EpisodeRecord]],
         cells = []
         for records in runs.values():
             chosen = [record for record in records if selects(record)]
-            wins = sum(record.outcome is Outcome.CORRECT for record in chosen)
+            wins = count_successes(chosen)
             cells.append(success_with_interval(wins, len(chosen)) if chosen else "-")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines

@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 
 from src.experiment.loop import evaluation_file
-from src.records.episode import EpisodeRecord, Outcome
+from src.records.episode import EpisodeRecord, count_successes
 from src.report.run_end import success_with_interval
 from src.storage.files import read_validated_json_lines
 
@@ -27,7 +27,7 @@ def _successes(path: Path) -> tuple[int, int] | None:
     if not path.is_file():
         return None
     records = [record for _, record in read_validated_json_lines(path, EpisodeRecord)]
-    return sum(record.outcome is Outcome.CORRECT for record in records), len(records)
+    return count_successes(records), len(records)
 
 
 def evaluated_steps(output_dir: Path) -> list[int]:

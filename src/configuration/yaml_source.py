@@ -32,6 +32,9 @@ _NumberAwareLoader.add_implicit_resolver(
 )
 
 
+IMPORT_KEY = "import"
+
+
 def _line_map(node: yaml.Node, path: tuple[str, ...], lines: dict[tuple[str, ...], int]) -> None:
     lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
@@ -44,40 +47,112 @@ def _line_map(node: yaml.Node, path: tuple[str, ...], lines: dict[tuple[str, ...
             _line_map(item, (*path, str(index)), lines)
 
 
-class YamlSource:
-    """A parsed YAML document that remembers where each key was written."""
+def _merged(base: Any, override: Any) -> Any:
+    """`override` written over `base`: mappings merge key by key, any other value (a list
+    too) replaces the one below it."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        return {**base, **{key: _merged(base[key], value) if key in base else value
+                           for key, value in override.items()}}
+    return override
 
-    def __init__(self, path: Path) -> None:
+
+def _key_paths(data: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    paths = [path]
+    if isinstance(data, dict):
+        for key, value in data.items():
+            paths += _key_paths(value, (*path, str(key)))
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            paths += _key_paths(value, (*path, str(index)))
+    return paths
+
+
+class YamlSource:
+    """A parsed YAML document that remembers where each key was written.
+
+    A top-level `import:` (a file or a list of files, relative to the importing file)
+    writes a config as another with a few keys changed: the imported documents are merged
+    in order, then this file's own keys over them. Each key remembers the file and line
+    that wrote the value it holds, so an error names the imported file where it lies."""
+
+    def __init__(self, path: Path, importing: tuple[Path, ...] = ()) -> None:
         self.path = path
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise ConfigError(f"not UTF-8 text ({error.reason} at byte {error.start})",
+                              file=str(path)) from error
         try:
             node = yaml.compose(text, Loader=_NumberAwareLoader)
-            self.data: Any = yaml.load(text, Loader=_NumberAwareLoader)
+            data: Any = yaml.load(text, Loader=_NumberAwareLoader)
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
             raise ConfigError(f"invalid YAML: {error}", file=str(path),
                               line=mark.line + 1 if mark else None) from error
         except ValueError as error:  # a scalar that resolves to a type it cannot be
             raise ConfigError(f"invalid YAML value: {error}", file=str(path)) from error
-        self.lines: dict[tuple[str, ...], int] = {}
+        lines: dict[tuple[str, ...], int] = {}
         if node is not None:
-            _line_map(node, (), self.lines)
+            _line_map(node, (), lines)
+        own_places = {key_path: (path, line) for key_path, line in lines.items()}
+        self.data: Any = data
+        self.places: dict[tuple[str, ...], tuple[Path, int]] = own_places
+        if isinstance(data, dict) and IMPORT_KEY in data:
+            self._import(data, own_places, (*importing, path.resolve()))
 
-    def line_of(self, key_path: tuple[str | int, ...]) -> int | None:
-        """The line of the deepest written key on this path."""
+    def _import(self, own: dict[Any, Any], own_places: dict[tuple[str, ...], tuple[Path, int]],
+                importing: tuple[Path, ...]) -> None:
+        layers: list[tuple[Any, dict[tuple[str, ...], tuple[Path, int]]]] = []
+        merged: Any = {}
+        for index, file in enumerate(self._imported_files(own[IMPORT_KEY])):
+            key_path = (IMPORT_KEY, index) if isinstance(own[IMPORT_KEY], list) else (IMPORT_KEY,)
+            if file.resolve() in importing:
+                chain = " -> ".join(str(step) for step in (*importing, file.resolve()))
+                raise self.error(f"import cycle: {chain}", key_path)
+            if not file.is_file():
+                raise self.error(f"imported config file not found: {file}", key_path)
+            imported = YamlSource(file, importing)
+            if not isinstance(imported.data, dict):
+                raise self.error(f"imported file {file} does not hold a mapping", key_path)
+            merged = _merged(merged, imported.data)
+            layers.append((imported.data, imported.places))
+        own_keys = {key: value for key, value in own.items() if key != IMPORT_KEY}
+        self.data = _merged(merged, own_keys)
+        layers.append((own_keys, own_places))
+        # each key's place is that of the last layer that wrote it (a replaced value's whole
+        # subtree comes from the layer that replaced it)
+        self.places = {}
+        for key_path in _key_paths(self.data):
+            for _, places in reversed(layers):
+                if key_path in places:
+                    self.places[key_path] = places[key_path]
+                    break
+        self.places[(IMPORT_KEY,)] = own_places[(IMPORT_KEY,)]
+
+    def _imported_files(self, value: Any) -> list[Path]:
+        names = value if isinstance(value, list) else [value]
+        for index, name in enumerate(names):
+            if not isinstance(name, str) or not name:
+                where = (IMPORT_KEY, index) if isinstance(value, list) else (IMPORT_KEY,)
+                raise self.error("an import names a file (a path relative to this file) or a "
+                                 "list of files", where)
+        return [self.path.parent / name for name in names]
+
+    def place_of(self, key_path: tuple[str | int, ...]) -> tuple[Path, int | None]:
+        """The file and line of the deepest written key on this path."""
         parts = tuple(str(part) for part in key_path)
         while parts:
-            if parts in self.lines:
-                return self.lines[parts]
+            if parts in self.places:
+                return self.places[parts]
             parts = parts[:-1]
-        return None
+        return self.path, None
 
     def error(self, problem: str, key_path: tuple[str | int, ...]) -> ConfigError:
-        return ConfigError(problem, file=str(self.path),
-                           key=".".join(str(part) for part in key_path) or None,
-                           line=self.line_of(key_path))
+        file, line = self.place_of(key_path)
+        return ConfigError(problem, file=str(file),
+                           key=".".join(str(part) for part in key_path) or None, line=line)
 
     def validate(self, model: type[Model], data: Any = None,
                  key_path: tuple[str | int, ...] = ()) -> Model:

@@ -12,6 +12,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from src.configuration.yaml_source import YamlSource
 from src.run_experiment import main
 from tests.conftest import PROJECT_ROOT
 
@@ -43,8 +44,9 @@ def key_paths(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 
 @st.composite
 def changed_assignment(draw: st.DrawFn) -> str:
-    """A shipped assignment with one value replaced, one key removed or one key added."""
-    document = yaml.safe_load(draw(st.sampled_from(SHIPPED)).read_text())
+    """A shipped assignment (its imports resolved) with one value replaced, one key removed
+    or one key added."""
+    document = YamlSource(draw(st.sampled_from(SHIPPED))).data
     path = draw(st.sampled_from(key_paths(document)[1:]))
     parent = document
     for part in path[:-1]:

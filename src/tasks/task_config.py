@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
+from src.configuration.yaml_source import YamlSource
 
 
 def task_parameters_from_config(config_path: Path, task_name: str) -> dict[str, Any]:
     """The `task.parameters` of an assignment or supervised config (or a run's saved
-    config.yaml) whose one task section is named `task_name`."""
-    document = yaml.safe_load(config_path.read_text())
-    sections = [value for value in document.values()
+    config.yaml) whose one task section is named `task_name`, its imports resolved."""
+    document = YamlSource(config_path).data
+    sections = [value for value in (document.values() if isinstance(document, dict) else [])
                 if isinstance(value, dict) and isinstance(value.get("task"), dict)]
     if len(sections) != 1 or sections[0]["task"].get("name") != task_name:
         raise ValueError(f"{config_path}: expected one config section whose task is "

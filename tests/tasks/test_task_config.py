@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from src.tasks.task_config import task_parameters_from_config
+from tests.conftest import PROJECT_ROOT
 
 
 def test_task_parameters_come_from_the_one_task_section(tmp_path: Path) -> None:
@@ -24,4 +25,20 @@ def test_another_task_is_named_in_the_error(tmp_path: Path) -> None:
         "output_dir": "x", "task": {"name": "math_problems"}}}))
     with pytest.raises(ValueError, match=r"config\.yaml: expected one config section whose "
                                          r"task is db_bench_single_skill"):
+        task_parameters_from_config(config, "db_bench_single_skill")
+
+
+def test_an_importing_config_gives_its_base_task_parameters() -> None:
+    folder = PROJECT_ROOT / "configs" / "assignments"
+    base = task_parameters_from_config(folder / "db_bench_rl_from_300_chats.yaml",
+                                       "db_bench_single_skill")
+    assert base["num_validation"] == 176
+    assert task_parameters_from_config(folder / "db_bench_rl_from_300_chats_40_batches.yaml",
+                                       "db_bench_single_skill") == base
+
+
+def test_a_file_without_a_mapping_is_named_in_the_error(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("- 1\n- 2\n")
+    with pytest.raises(ValueError, match=r"config\.yaml: expected one config section"):
         task_parameters_from_config(config, "db_bench_single_skill")

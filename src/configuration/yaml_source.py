@@ -104,10 +104,9 @@ class YamlSource:
 
     def _import(self, own: dict[Any, Any], own_places: dict[tuple[str, ...], tuple[Path, int]],
                 importing: tuple[Path, ...]) -> None:
-        layers: list[tuple[Any, dict[tuple[str, ...], tuple[Path, int]]]] = []
+        layers: list[dict[tuple[str, ...], tuple[Path, int]]] = []
         merged: Any = {}
-        for index, file in enumerate(self._imported_files(own[IMPORT_KEY])):
-            key_path = (IMPORT_KEY, index) if isinstance(own[IMPORT_KEY], list) else (IMPORT_KEY,)
+        for key_path, file in self._imported_files(own[IMPORT_KEY]):
             if file.resolve() in importing:
                 chain = " -> ".join(str(step) for step in (*importing, file.resolve()))
                 raise self.error(f"import cycle: {chain}", key_path)
@@ -117,28 +116,31 @@ class YamlSource:
             if not isinstance(imported.data, dict):
                 raise self.error(f"imported file {file} does not hold a mapping", key_path)
             merged = _merged(merged, imported.data)
-            layers.append((imported.data, imported.places))
+            layers.append(imported.places)
         own_keys = {key: value for key, value in own.items() if key != IMPORT_KEY}
         self.data = _merged(merged, own_keys)
-        layers.append((own_keys, own_places))
+        layers.append(own_places)
         # each key's place is that of the last layer that wrote it (a replaced value's whole
         # subtree comes from the layer that replaced it)
         self.places = {}
         for key_path in _key_paths(self.data):
-            for _, places in reversed(layers):
+            for places in reversed(layers):
                 if key_path in places:
                     self.places[key_path] = places[key_path]
                     break
         self.places[(IMPORT_KEY,)] = own_places[(IMPORT_KEY,)]
 
-    def _imported_files(self, value: Any) -> list[Path]:
-        names = value if isinstance(value, list) else [value]
-        for index, name in enumerate(names):
+    def _imported_files(self, value: Any) -> list[tuple[tuple[str | int, ...], Path]]:
+        """Each imported file with the key path of the `import` entry that names it."""
+        named = (list(enumerate(value)) if isinstance(value, list) else [(None, value)])
+        files: list[tuple[tuple[str | int, ...], Path]] = []
+        for index, name in named:
+            where = (IMPORT_KEY,) if index is None else (IMPORT_KEY, index)
             if not isinstance(name, str) or not name:
-                where = (IMPORT_KEY, index) if isinstance(value, list) else (IMPORT_KEY,)
                 raise self.error("an import names a file (a path relative to this file) or a "
                                  "list of files", where)
-        return [self.path.parent / name for name in names]
+            files.append((where, self.path.parent / name))
+        return files
 
     def place_of(self, key_path: tuple[str | int, ...]) -> tuple[Path, int | None]:
         """The file and line of the deepest written key on this path."""

@@ -57,8 +57,17 @@ def test_table_compares_first_and_last_evaluation(tmp_path: Path) -> None:
     assert [line.split(",")[0] for line in every[2:]] == [
         "| step-000000", "| step-000020", "| step-000040"]
     assert every[3].startswith("| step-000020, 2 episodes | 0.000 | 1.000 |")
-    with pytest.raises(FileNotFoundError, match="at least two evaluations"):
+    with pytest.raises(FileNotFoundError, match="holds no evaluation"):
         decision_table(tmp_path / "none")
+
+
+def test_an_evaluation_only_run_is_one_row(tmp_path: Path) -> None:
+    folder = tmp_path / "evaluation"
+    folder.mkdir()
+    (folder / "step-000000.jsonl").write_text(json.dumps(episode(0.5, 1.0, 0.5)) + "\n")
+    lines = decision_table(tmp_path).splitlines()
+    assert len(lines) == 3
+    assert lines[2].startswith("| step-000000, 1 episodes | 1.000 | 0.000 |")
 
 
 def rule_episodes(task: EconDecisionTask, consumption_of=None) -> list[dict]:

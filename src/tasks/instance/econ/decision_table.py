@@ -2,11 +2,12 @@
 
 python -m src.tasks.instance.econ.decision_table OUTPUT_DIR [--every] [--against_rule]
 
-For the first and the last evaluation (with --every, for each one) (`evaluation/step-NNNNNN.jsonl`): JSON parse
-success, share of -1.0 rewards, std of the work and of the consumption decisions (parsed
-replies), mean reward (format failures included), mean reward of parsed replies and the
-rule policy's mean reward on the same states (each parsed episode's reward less its
-`metric/reward_vs_rule`), which the parsed replies' mean is to be read against.
+For the first and the last evaluation (with --every, or when there is one, for each one)
+(`evaluation/step-NNNNNN.jsonl`): JSON parse success, share of -1.0 rewards, std of the
+work and of the consumption decisions (parsed replies), mean reward (format failures
+included), mean reward of parsed replies and the rule policy's mean reward on the same
+states (each parsed episode's reward less its `metric/reward_vs_rule`), which the parsed
+replies' mean is to be read against.
 
 A spread of decisions is not yet a policy that reads the state: one stray reply gives a
 std of 0.16 among 31 identical ones. `--against_rule` rebuilds the task from the run's
@@ -81,10 +82,11 @@ def rule_agreement(episodes: list[dict], task: EconDecisionTask) -> dict[str, fl
 
 def decision_table(output_dir: Path, every: bool = False, against_rule: bool = False) -> str:
     files = sorted((output_dir / "evaluation").glob("step-*.jsonl"))
-    if len(files) < 2:
-        raise FileNotFoundError(f"{output_dir / 'evaluation'} needs at least two evaluations "
-                                f"(at_start and at_end), found {len(files)}")
-    rows = ([("", path) for path in files] if every
+    if not files:
+        raise FileNotFoundError(f"{output_dir / 'evaluation'} holds no evaluation "
+                                "(step-N.jsonl)")
+    # one evaluation (an evaluation-only run) is its own first and last row
+    rows = ([("", path) for path in files] if every or len(files) == 1
             else [("first: ", files[0]), ("last: ", files[-1])])
     columns = COLUMNS + RULE_COLUMNS if against_rule else COLUMNS
     task = task_from_config(output_dir / "config.yaml") if against_rule else None

@@ -108,6 +108,9 @@ def paired_comparison(before: Path, after: Path, measure_name: str = SUCCESS) ->
 def single_mean(path: Path, measure_name: str = SUCCESS) -> str:
     values = [v for v in measures_by_sample(path, measure_of(measure_name)).values()
               if v is not None]
+    if len(values) < 2:
+        raise ValueError(f"{path}: {len(values)} samples have {measure_name}, an interval "
+                         "needs at least 2")
     return (f"{measure_name}, {len(values)} samples with it: mean "
             f"{mean_with_interval(values)} (95% bootstrap)\n")
 

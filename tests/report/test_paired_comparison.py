@@ -72,3 +72,5 @@ def test_bad_input_is_a_named_error(tmp_path: Path) -> None:
         single_mean(twice)
     with pytest.raises(ValueError, match="0 samples have metric/x on both sides"):
         paired_comparison(one, one, "metric/x")
+    with pytest.raises(ValueError, match=r"one\.jsonl: 0 samples have metric/x"):
+        single_mean(one, "metric/x")

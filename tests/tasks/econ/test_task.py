@@ -172,3 +172,22 @@ def test_without_few_shot_examples_there_is_no_state(tmp_path: Path) -> None:
     task.save_state(tmp_path)
     assert list(tmp_path.iterdir()) == []
     EconDecisionTask(**SMALL).restore_state(tmp_path)
+
+
+def test_show_cash_on_hand_states_the_rules_money_in_dollars_and_goods() -> None:
+    from src.tasks.instance.econ.prompt import money
+    from src.tasks.instance.econ.rule_policy import expected_cash_on_hand
+
+    assert "to spend or keep" not in first_prompt(EconDecisionTask(**SMALL))
+    task = EconDecisionTask(**SMALL, show_cash_on_hand=True)
+    sample = task.get_sample("train-000003")
+    state, household = task.sample_state(sample), sample.data["households"][0]
+    if_working, if_resting = (float(expected_cash_on_hand(state, works)[household])
+                              for works in (1.0, 0.0))
+    assert if_working > if_resting > 0.0
+    prompt = first_prompt(task, "train-000003")
+    for amount in (if_working, if_resting):
+        assert f"{money(amount)} " in prompt
+        assert f"enough for {amount / state.price:,.0f} goods" in prompt
+    # the line comes before the question, which stays the prompt's end
+    assert prompt.index("to spend or keep") < prompt.index("how willing are you")

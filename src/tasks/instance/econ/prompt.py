@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from src.tasks.instance.econ.memory import Experience
 from src.tasks.instance.econ.population import Population
 from src.tasks.instance.econ.reply_parser import Decision
+from src.tasks.instance.econ.rule_policy import expected_cash_on_hand
 from src.tasks.instance.econ.simulation import HOURS_PER_MONTH, MONTHS_PER_YEAR, EconomyState
 from src.tasks.instance.econ.tax import BRACKET_CUTOFFS, BRACKET_RATES
 
@@ -31,8 +32,19 @@ def situation(state: EconomyState, household: int) -> str:
             f"{money(state.wage[household])}, goods price {money(state.price)}")
 
 
+def cash_on_hand_line(state: EconomyState, household: int) -> str:
+    """The money the month leaves to spend or keep, in dollars and in goods at today's price,
+    for working and for not: the quantities the rule policy's consumption share follows."""
+    if_working, if_resting = (float(expected_cash_on_hand(state, works)[household])
+                              for works in (1.0, 0.0))
+    return (f"With your savings, last month's redistribution and, if you work, this month's "
+            f"pay after tax, you will have {money(if_working)} to spend or keep if you work, "
+            f"enough for {if_working / state.price:,.0f} goods, and {money(if_resting)} if you "
+            f"do not, enough for {if_resting / state.price:,.0f} goods.")
+
+
 def household_prompt(population: Population, state: EconomyState, household: int,
-                     examples: Sequence[Experience] = ()) -> str:
+                     examples: Sequence[Experience] = (), show_cash_on_hand: bool = False) -> str:
     year, month = divmod(state.month, MONTHS_PER_YEAR)
     age = int(population.ages[household]) + year
     wage = float(state.wage[household])
@@ -64,6 +76,8 @@ def household_prompt(population: Population, state: EconomyState, household: int
         f"{money(state.savings[household])}, and the bank pays {state.interest_rate:.2%} a "
         "year on them.",
     ]
+    if show_cash_on_hand:
+        lines.append(cash_on_hand_line(state, household))
     if examples:
         shown = "\n".join(f"- {example.situation}: "
                           f"{Decision(example.work, example.consumption).to_json()}"

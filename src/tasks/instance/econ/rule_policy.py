@@ -20,11 +20,17 @@ from src.tasks.instance.econ.utility import UtilityParameters, household_value
 PROPENSITY_GRID = np.arange(GRID_STEPS + 1) / GRID_STEPS
 
 
+def expected_cash_on_hand(state: EconomyState, works: float) -> np.ndarray:
+    """Each household's money for the month as the rule expects it: savings, the month's pay
+    after tax when it works, and a redistribution that repeats last month's."""
+    income = HOURS_PER_MONTH * works * state.wage
+    return state.savings + income - income_tax(income) + state.last_redistribution
+
+
 def rule_decisions(state: EconomyState, params: UtilityParameters) -> Decisions:
     best_values, best_shares = [], []
     for works in (0.0, 1.0):
-        income = HOURS_PER_MONTH * works * state.wage
-        cash = state.savings + income - income_tax(income) + state.last_redistribution
+        cash = expected_cash_on_hand(state, works)
         shares = PROPENSITY_GRID[None, :]
         values = household_value(shares * cash[:, None] / state.price, works,
                                  (1.0 - shares) * cash[:, None], state.price,

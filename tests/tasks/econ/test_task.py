@@ -10,6 +10,8 @@ import pytest
 
 from src.records.chat import Role
 from src.records.episode import Episode, EpisodeStatus, Outcome
+from src.tasks.instance.econ.prompt import money
+from src.tasks.instance.econ.rule_policy import expected_cash_on_hand
 from src.tasks.instance.econ.task import EconDecisionTask
 
 SMALL = {"num_train": 12, "num_validation": 4, "num_economies": 2, "num_households": 30,
@@ -175,9 +177,6 @@ def test_without_few_shot_examples_there_is_no_state(tmp_path: Path) -> None:
 
 
 def test_show_cash_on_hand_states_the_rules_money_in_dollars_and_goods() -> None:
-    from src.tasks.instance.econ.prompt import money
-    from src.tasks.instance.econ.rule_policy import expected_cash_on_hand
-
     assert "to spend or keep" not in first_prompt(EconDecisionTask(**SMALL))
     task = EconDecisionTask(**SMALL, show_cash_on_hand=True)
     sample = task.get_sample("train-000003")

@@ -19,19 +19,14 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-from scipy.stats import bootstrap
-
+from src.maths.intervals import mean_with_interval
 from src.records.episode import EpisodeRecord, count_successes
 from src.storage.files import read_validated_json_lines
 
 SUCCESS = "success"
 REWARD = "reward"
-RESAMPLES = 10_000
-CONFIDENCE = 0.95
 
 
 def measure_of(name: str) -> Callable[[EpisodeRecord], float | None]:
@@ -56,29 +51,6 @@ def measures_by_sample(path: Path, measure: Callable[[EpisodeRecord], float | No
                              "an evaluation has one episode a sample")
         values[record.sample_id] = measure(record)
     return values
-
-
-@dataclass(frozen=True)
-class MeanInterval:
-    mean: float
-    low: float
-    high: float
-
-    def __str__(self) -> str:
-        return f"{self.mean:+.4g} [{self.low:+.4g}, {self.high:+.4g}]"
-
-
-def mean_with_interval(values: list[float], seed: int = 0) -> MeanInterval:
-    """The mean and its percentile bootstrap interval (the values resampled with replacement)."""
-    if len(values) < 2:
-        raise ValueError(f"an interval needs at least 2 values, got {len(values)}")
-    if len(set(values)) == 1:  # every resample has the same mean
-        return MeanInterval(values[0], values[0], values[0])
-    result = bootstrap((np.asarray(values),), np.mean, n_resamples=RESAMPLES,
-                       confidence_level=CONFIDENCE, method="percentile",
-                       rng=np.random.default_rng(seed))
-    interval = result.confidence_interval
-    return MeanInterval(statistics.fmean(values), float(interval.low), float(interval.high))
 
 
 def paired_comparison(before: Path, after: Path, measure_name: str = SUCCESS) -> str:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 
 import pytest
 
 from src.records.chat import ChatMessage
 from src.records.episode import EpisodeRecord
-from src.report.paired_comparison import mean_with_interval, paired_comparison, single_mean
+from src.report.paired_comparison import paired_comparison, single_mean
 
 
 def write(path: Path, episodes: list[tuple[str, str, float, dict]]) -> Path:
@@ -49,17 +48,6 @@ def test_an_info_measure_leaves_out_samples_that_lack_it(tmp_path: Path) -> None
     assert "before -0.02, after -0.005" in text
     assert "difference (after - before) +0.015 [+0.01, +0.02]" in text
     assert single_mean(after, key).startswith(f"{key}, 3 samples with it: mean -0.003333 [")
-
-
-def test_the_interval_is_the_bootstrap_of_the_mean_and_holds_it() -> None:
-    values = [1.0] * 38 + [-1.0] * 11 + [0.0] * 127
-    interval = mean_with_interval(values)
-    assert interval.mean == statistics.fmean(values)
-    # the normal approximation's half width is 1.96 * 0.038; the bootstrap's is near it
-    assert interval.low < interval.mean < interval.high
-    assert interval.high - interval.low == pytest.approx(2 * 1.96 * 0.0381, rel=0.05)
-    assert mean_with_interval(values) == interval  # a fixed seed: the same figures again
-    assert str(mean_with_interval([0.5, 0.5])) == "+0.5 [+0.5, +0.5]"
 
 
 def test_bad_input_is_a_named_error(tmp_path: Path) -> None:

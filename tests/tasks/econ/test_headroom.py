@@ -30,6 +30,17 @@ def test_the_best_reply_scores_its_reward_through_the_episode_and_is_at_least_th
         assert rule_episode.info["metric/reward_vs_rule"] == pytest.approx(0.0, abs=1e-12)
 
 
+def test_one_step_up_is_the_rules_work_with_its_share_raised_by_a_grid_step() -> None:
+    task = EconDecisionTask(**SMALL)
+    for sample_id in task.sample_ids("validation"):
+        headroom = sample_headroom(task, task.get_sample(sample_id))
+        share = min(1.0, round(headroom.rule_consumption + 0.02, 2))
+        reply = Decision(work=headroom.rule_work, consumption=share).to_json()
+        assert run(task, sample_id, [reply]).reward == pytest.approx(
+            headroom.one_step_up_reward, abs=1e-12)
+        assert headroom.one_step_up_reward <= headroom.best_reward
+
+
 def test_several_households_a_sample_are_refused_by_name() -> None:
     task = EconDecisionTask(**SMALL, households_per_sample=2)
     sample_id = task.sample_ids("train")[0]

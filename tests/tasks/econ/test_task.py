@@ -190,3 +190,26 @@ def test_show_cash_on_hand_states_the_rules_money_in_dollars_and_goods() -> None
         assert f"enough for {amount / state.price:,.0f} goods" in prompt
     # the line comes before the question, which stays the prompt's end
     assert prompt.index("to spend or keep") < prompt.index("how willing are you")
+
+
+def test_compact_prompt_keeps_the_price_the_money_and_the_question_and_drops_the_rest() -> None:
+    full = EconDecisionTask(**SMALL, show_cash_on_hand=True)
+    compact = EconDecisionTask(**SMALL, show_cash_on_hand=True, compact_prompt=True)
+    sample = compact.get_sample("train-000003")
+    state = compact.sample_state(sample)
+    long_prompt, short_prompt = (first_prompt(task, "train-000003") for task in (full, compact))
+    cash_line = next(line for line in long_prompt.splitlines() if "to spend or keep" in line)
+    assert cash_line in short_prompt.splitlines()
+    assert f"Essential goods cost {money(state.price)} each." in short_prompt
+    assert "tax" not in short_prompt.replace("after tax", "")  # no brackets, no history
+    assert short_prompt.endswith('{"work": 0.8, "consumption": 0.4}')
+    assert len(short_prompt) < len(long_prompt) / 2
+    # the replies are read and scored as with the full prompt
+    reply = '{"work": 1.0, "consumption": 0.2}'
+    assert (run(compact, "train-000003", [reply]).reward
+            == run(full, "train-000003", [reply]).reward)
+
+
+def test_compact_prompt_without_the_cash_on_hand_line_is_refused() -> None:
+    with pytest.raises(ValueError, match="compact_prompt.*show_cash_on_hand"):
+        EconDecisionTask(**SMALL, compact_prompt=True)

@@ -20,6 +20,13 @@ INSTRUCTION = (
     "steps of 0.02: your propensity to work) and \"consumption\" (between 0 and 1, in steps "
     "of 0.02: the share of all your savings and income you spend on goods), for example\n"
     '{"work": 0.8, "consumption": 0.4}')
+# The compact prompt's question: the same keys, grid and example, without the EconAgent preamble.
+COMPACT_INSTRUCTION = (
+    "How willing are you to work this month, and what share of that money will you spend on "
+    "goods? Answer with a JSON object and nothing else: \"work\" (your propensity to work) "
+    "and \"consumption\" (the share you spend), each between 0 and 1 in steps of 0.02, for "
+    "example\n"
+    '{"work": 0.8, "consumption": 0.4}')
 
 
 def money(amount: float) -> str:
@@ -41,6 +48,26 @@ def cash_on_hand_line(state: EconomyState, household: int) -> str:
             f"pay after tax, you will have {money(if_working)} to spend or keep if you work, "
             f"enough for {if_working / state.price:,.0f} goods, and {money(if_resting)} if you "
             f"do not, enough for {if_resting / state.price:,.0f} goods.")
+
+
+def examples_block(examples: Sequence[Experience]) -> str:
+    shown = "\n".join(f"- {example.situation}: "
+                      f"{Decision(example.work, example.consumption).to_json()}"
+                      for example in examples)
+    return f"Decisions that worked out well for households in situations like yours:\n{shown}"
+
+
+def compact_household_prompt(population: Population, state: EconomyState, household: int,
+                             examples: Sequence[Experience] = ()) -> str:
+    """The price, the cash-on-hand line and a short question: a prompt a third as long as the
+    EconAgent one that still holds the figures the rule policy decides from."""
+    lines = [f"You are {population.names[household]}, a(n) {population.jobs[household]}. "
+             f"Essential goods cost {money(state.price)} each.",
+             cash_on_hand_line(state, household)]
+    if examples:
+        lines.append(examples_block(examples))
+    lines.append(COMPACT_INSTRUCTION)
+    return "\n".join(lines)
 
 
 def household_prompt(population: Population, state: EconomyState, household: int,
@@ -79,10 +106,6 @@ def household_prompt(population: Population, state: EconomyState, household: int
     if show_cash_on_hand:
         lines.append(cash_on_hand_line(state, household))
     if examples:
-        shown = "\n".join(f"- {example.situation}: "
-                          f"{Decision(example.work, example.consumption).to_json()}"
-                          for example in examples)
-        lines.append("Decisions that worked out well for households in situations like "
-                     f"yours:\n{shown}")
+        lines.append(examples_block(examples))
     lines.append(INSTRUCTION)
     return "\n".join(lines)

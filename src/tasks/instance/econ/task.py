@@ -16,7 +16,9 @@ Their standard deviations come from the per-episode values in runs.jsonl (`info`
 With `show_cash_on_hand`, the prompt also states the money the month leaves the household
 if it works and if it does not, in dollars and in goods at today's price: the quantity the
 rule policy's consumption share falls with (rank correlation -0.97 over the 400 train
-states of econ_sft.yaml), which the EconAgent prompt leaves to arithmetic.
+states of econ_sft.yaml), which the EconAgent prompt leaves to arithmetic. With
+`compact_prompt` as well, the prompt is only the price, that line and a short question
+(`prompt.compact_household_prompt`).
 
 With `few_shot_examples` = k > 0, a prompt shows up to k of the best earlier training
 decisions in the nearest situations (`memory`). The memory is filled when a group ends, so
@@ -44,7 +46,11 @@ from src.tasks.instance.econ.memory import (
     situation_features,
 )
 from src.tasks.instance.econ.population import Population, sample_population
-from src.tasks.instance.econ.prompt import household_prompt, situation
+from src.tasks.instance.econ.prompt import (
+    compact_household_prompt,
+    household_prompt,
+    situation,
+)
 from src.tasks.instance.econ.reply_parser import Decision, FormatFailure, parse_decision
 from src.tasks.instance.econ.reward import household_rewards
 from src.tasks.instance.econ.rule_policy import rule_decisions
@@ -87,6 +93,7 @@ class EconDecisionTask(Task["EconEpisode"]):
         few_shot_examples: int = 0,
         few_shot_capacity: int = 512,
         show_cash_on_hand: bool = False,
+        compact_prompt: bool = False,
     ) -> None:
         super().__init__(max_round=households_per_sample)
         for name, value, least in (("num_train", num_train, 0),
@@ -99,6 +106,9 @@ class EconDecisionTask(Task["EconEpisode"]):
         if households_per_sample > num_households:
             raise ValueError(f"EconDecisionTask: households_per_sample={households_per_sample} "
                              f"exceeds num_households={num_households}")
+        if compact_prompt and not show_cash_on_hand:
+            raise ValueError("EconDecisionTask: compact_prompt is the cash-on-hand line and a "
+                             "short question; set show_cash_on_hand: true with it")
         self.seed = seed
         self.num_train = num_train
         self.num_validation = num_validation
@@ -110,6 +120,7 @@ class EconDecisionTask(Task["EconEpisode"]):
         self.utility = UtilityParameters.model_validate(utility or {})
         self.few_shot_examples = few_shot_examples
         self.show_cash_on_hand = show_cash_on_hand
+        self.compact_prompt = compact_prompt
         self.memory = ExperienceMemory(few_shot_capacity) if few_shot_examples > 0 else None
         # Every episode of a sample's economy starts from its rule run: compute each once.
         self._economy_states: Callable[[int], tuple[EconomyState, ...]] = lru_cache(
@@ -158,6 +169,8 @@ class EconDecisionTask(Task["EconEpisode"]):
             features = situation_features(state.savings[household], state.wage[household],
                                           state.price, state.last_redistribution)
             examples = self.memory.recall(features, self.few_shot_examples)
+        if self.compact_prompt:
+            return compact_household_prompt(population, state, household, examples)
         return household_prompt(population, state, household, examples,
                                 show_cash_on_hand=self.show_cash_on_hand)
 

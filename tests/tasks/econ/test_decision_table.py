@@ -91,7 +91,12 @@ def test_replies_are_compared_with_the_rule_on_their_own_states() -> None:
     task = EconDecisionTask(**SMALL)
     following = rule_agreement(rule_episodes(task), task)
     assert following == {"work on the rule's side": 1.0,
-                         "corr. of consumption with the rule's": pytest.approx(1.0)}
+                         "corr. of consumption with the rule's": pytest.approx(1.0),
+                         "consumption above the rule's": 0.0,
+                         "consumption below the rule's": 0.0}
+    one_step_up = rule_agreement(rule_episodes(task, lambda c: c + 0.02), task)
+    assert (one_step_up["consumption above the rule's"],
+            one_step_up["consumption below the rule's"]) == (1.0, 0.0)
     against = rule_agreement(rule_episodes(task, lambda c: 1.0 - c), task)
     assert against["corr. of consumption with the rule's"] == pytest.approx(-1.0)
     constant = rule_agreement(rule_episodes(task, lambda c: 0.4), task)
@@ -111,6 +116,7 @@ def test_the_table_against_the_rule_reads_the_runs_config(tmp_path: Path) -> Non
         (folder / f"step-{step:06d}.jsonl").write_text(
             "".join(json.dumps(row) + "\n" for row in rows))
     lines = decision_table(tmp_path, against_rule=True).splitlines()
-    assert lines[0].endswith("| work on the rule's side | corr. of consumption with the rule's |")
-    assert lines[2].endswith("| 1.000 | nan |")
-    assert lines[3].endswith("| 1.000 | 1.000 |")
+    assert lines[0].endswith("| work on the rule's side | corr. of consumption with the rule's "
+                             "| consumption above the rule's | consumption below the rule's |")
+    assert lines[2].split(" | ")[-4:-2] == ["1.000", "nan"]
+    assert lines[3].endswith("| 1.000 | 1.000 | 0.000 | 0.000 |")

@@ -29,7 +29,9 @@ from src.tasks.instance.econ.task import FORMAT_FAILURE_REWARD, EconDecisionTask
 
 COLUMNS = ("JSON parse success", "share of reward -1.0", "std of work", "std of consumption",
            "mean reward", "mean reward (parsed)", "rule policy (same states)")
-RULE_COLUMNS = ("work on the rule's side", "corr. of consumption with the rule's")
+RULE_COLUMNS = ("work on the rule's side", "corr. of consumption with the rule's",
+                "consumption above the rule's", "consumption below the rule's")
+HALF_GRID_STEP = 0.01  # shares closer than this to the rule's are the rule's
 
 
 def decision_statistics(episodes: list[dict]) -> dict[str, float]:
@@ -77,7 +79,11 @@ def rule_agreement(episodes: list[dict], task: EconDecisionTask) -> dict[str, fl
                    else float("nan"))
     return {"work on the rule's side": statistics.fmean((w >= 0.5) == (rw >= 0.5)
                                                          for w, _, rw, _ in pairs),
-            "corr. of consumption with the rule's": correlation}
+            "corr. of consumption with the rule's": correlation,
+            "consumption above the rule's": statistics.fmean(
+                c > rc + HALF_GRID_STEP for _, c, _, rc in pairs),
+            "consumption below the rule's": statistics.fmean(
+                c < rc - HALF_GRID_STEP for _, c, _, rc in pairs)}
 
 
 def decision_table(output_dir: Path, every: bool = False, against_rule: bool = False) -> str:

@@ -1,4 +1,5 @@
-"""The rule policy's headroom: the best grid reply in hindsight, checked through the episode."""
+"""The rule policy's headroom: the best grid reply in hindsight and the planner's, checked
+through the episode."""
 
 from __future__ import annotations
 
@@ -39,6 +40,17 @@ def test_one_step_up_is_the_rules_work_with_its_share_raised_by_a_grid_step() ->
         assert run(task, sample_id, [reply]).reward == pytest.approx(
             headroom.one_step_up_reward, abs=1e-12)
         assert headroom.one_step_up_reward <= headroom.best_reward
+
+
+def test_the_planners_reward_is_its_replys_through_the_episode() -> None:
+    task = EconDecisionTask(**SMALL, planning_draws=2)
+    for sample_id in task.sample_ids("validation"):
+        headroom = sample_headroom(task, task.get_sample(sample_id))
+        reply = Decision(work=headroom.planned_work,
+                         consumption=headroom.planned_consumption).to_json()
+        assert run(task, sample_id, [reply]).reward == pytest.approx(
+            headroom.planned_reward, abs=1e-12)
+        assert headroom.planned_reward <= headroom.best_reward
 
 
 def test_several_households_a_sample_are_refused_by_name() -> None:

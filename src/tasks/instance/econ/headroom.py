@@ -13,7 +13,9 @@ what any policy can gain over the rule on those states; a run's "mean parsed rew
 the rule" must be read against it. It also prints what the rule's own decision with its
 share one grid step (0.02) higher would change, with a 95% bootstrap interval: a policy
 that knows no more than the rule can still beat it where the rule's expectations are off
-on average.
+on average. And it prints the planner's gain (`planner`: the best reply in expectation over
+other draws of the month, the task's `oracle_policy: planner`), the bar for a policy that
+learns from the planner's decisions.
 """
 
 from __future__ import annotations
@@ -23,13 +25,11 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from src.maths.intervals import mean_with_interval
 from src.records.episode import Sample
+from src.tasks.instance.econ.planner import best_grid_reply, grid_rewards
 from src.tasks.instance.econ.reply_parser import GRID_STEPS
-from src.tasks.instance.econ.reward import household_rewards
-from src.tasks.instance.econ.rule_policy import PROPENSITY_GRID, rule_decisions
+from src.tasks.instance.econ.rule_policy import rule_decisions
 from src.tasks.instance.econ.simulation import month_draws
 from src.tasks.instance.econ.task import EconDecisionTask
 from src.tasks.task_config import task_parameters_from_config
@@ -45,34 +45,41 @@ class SampleHeadroom:
     best_work: float
     best_consumption: float
     one_step_up_reward: float  # the rule's work, its share + 0.02 (1.0 stays 1.0)
+    planned_work: float  # the planner's reply (`planner`), with the task's planning draws
+    planned_consumption: float
+    planned_reward: float
 
 
 def sample_headroom(task: EconDecisionTask, sample: Sample) -> SampleHeadroom:
-    """The rule policy's reward and the best grid reply's, for a one-household sample."""
+    """The rule policy's reward, the best grid reply's and the planner's, for a one-household
+    sample."""
     households = sample.data["households"]
     if len(households) != 1:
         raise ValueError(f"sample {sample.sample_id}: headroom is computed for one household "
                          f"a sample, this one asks for {len(households)}")
+    household = households[0]
     state = task.sample_state(sample)
     draws = month_draws(sample.data["economy_seed"], sample.data["month"], task.num_households)
     rule = rule_decisions(state, task.utility)
-    rule_reward = float(household_rewards(state, draws, rule, households, task.utility)[0])
-    rewards = np.array([[household_rewards(state, draws,
-                                           rule.with_decision(households[0], work, share),
-                                           households, task.utility)[0]
-                         for share in PROPENSITY_GRID] for work in (0.0, 1.0)])
-    work_index, share_index = np.unravel_index(int(np.argmax(rewards)), rewards.shape)
-    rule_work_index = int(rule.work[households[0]])
-    rule_share_index = int(round(rule.consumption[households[0]] * GRID_STEPS))
+    rewards = grid_rewards(state, draws, rule, household, task.utility)
+    best_work, best_consumption = best_grid_reply(rewards)
+    planned_work, planned_consumption = task.planned_decision(sample, rule, household)
+    rule_work_index = int(rule.work[household])
+    rule_share_index = int(round(rule.consumption[household] * GRID_STEPS))
     return SampleHeadroom(sample_id=sample.sample_id,
-                          rule_work=float(rule.work[households[0]]),
-                          rule_consumption=float(rule.consumption[households[0]]),
-                          rule_reward=rule_reward,
-                          best_reward=float(rewards[work_index, share_index]),
-                          best_work=float(work_index),
-                          best_consumption=float(PROPENSITY_GRID[share_index]),
+                          rule_work=float(rule.work[household]),
+                          rule_consumption=float(rule.consumption[household]),
+                          rule_reward=float(rewards[rule_work_index, rule_share_index]),
+                          best_reward=float(rewards.max()),
+                          best_work=best_work,
+                          best_consumption=best_consumption,
                           one_step_up_reward=float(
-                              rewards[rule_work_index, min(rule_share_index + 1, GRID_STEPS)]))
+                              rewards[rule_work_index, min(rule_share_index + 1, GRID_STEPS)]),
+                          planned_work=planned_work,
+                          planned_consumption=planned_consumption,
+                          planned_reward=float(rewards[int(planned_work),
+                                                       int(round(planned_consumption
+                                                                 * GRID_STEPS))]))
 
 
 def task_from_config(config_path: Path) -> EconDecisionTask:
@@ -101,6 +108,12 @@ def main() -> None:
     print(f"the rule's decision with its share 0.02 higher: {mean_with_interval(changes)} "
           f"(95% bootstrap), higher on {sum(c > 0 for c in changes)} of {len(rows)}, lower on "
           f"{sum(c < 0 for c in changes)}")
+    planned = [row.planned_reward - row.rule_reward for row in rows]
+    print(f"the planner ({task.planning_draws} other draws of each month): "
+          f"{mean_with_interval(planned)} (95% bootstrap); its share above the rule's on "
+          f"{sum(r.planned_consumption > r.rule_consumption for r in rows)}, below on "
+          f"{sum(r.planned_consumption < r.rule_consumption for r in rows)}, its work differs "
+          f"on {sum(r.planned_work != r.rule_work for r in rows)} of {len(rows)}")
 
 
 if __name__ == "__main__":

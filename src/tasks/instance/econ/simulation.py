@@ -34,6 +34,7 @@ WAGE_ADJUSTMENT = 0.05
 PRICE_ADJUSTMENT = 0.10
 MONTHS_PER_YEAR = 12
 _DRAW_STREAM = 1  # keeps the monthly draws apart from the population's
+_PLANNING_STREAM = 2  # other draws of a month, never its own: what a planner averages over
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -50,10 +51,21 @@ class MonthDraws:
     price: float  # the share of the largest price move
 
 
-def month_draws(economy_seed: int, month: int, num_households: int) -> MonthDraws:
-    rng = np.random.default_rng([economy_seed, _DRAW_STREAM, month])
+def _draws(rng: np.random.Generator, num_households: int) -> MonthDraws:
     return MonthDraws(work=_frozen(rng.random(num_households)),
                       wage=_frozen(rng.random(num_households)), price=float(rng.random()))
+
+
+def month_draws(economy_seed: int, month: int, num_households: int) -> MonthDraws:
+    return _draws(np.random.default_rng([economy_seed, _DRAW_STREAM, month]), num_households)
+
+
+def planning_draws(economy_seed: int, month: int, num_households: int,
+                   count: int) -> tuple[MonthDraws, ...]:
+    """`count` other draws of the month: the luck a household that knows the economy's state
+    and laws, but not the month's own draws, can average over."""
+    return tuple(_draws(np.random.default_rng([economy_seed, _PLANNING_STREAM, month, index]),
+                        num_households) for index in range(count))
 
 
 @dataclass(frozen=True)

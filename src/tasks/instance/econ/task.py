@@ -20,6 +20,10 @@ states of econ_sft.yaml), which the EconAgent prompt leaves to arithmetic. With
 `compact_prompt` as well, the prompt is only the price, that line and a short question
 (`prompt.compact_household_prompt`).
 
+The oracle (the demonstrations of a supervised stage) answers with the rule policy, or with
+`oracle_policy: planner` with the planner (`planner`): the best grid reply in expectation
+over `planning_draws` other draws of the month, which beats the rule on average.
+
 With `few_shot_examples` = k > 0, a prompt shows up to k of the best earlier training
 decisions in the nearest situations (`memory`). The memory is filled when a group ends, so
 every prompt of a batch sees the same history. It is the family's state: saved with each
@@ -34,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -45,6 +49,7 @@ from src.tasks.instance.econ.memory import (
     ExperienceMemory,
     situation_features,
 )
+from src.tasks.instance.econ.planner import planned_decision
 from src.tasks.instance.econ.population import Population, sample_population
 from src.tasks.instance.econ.prompt import (
     compact_household_prompt,
@@ -59,6 +64,7 @@ from src.tasks.instance.econ.simulation import (
     EconomyState,
     MonthDraws,
     month_draws,
+    planning_draws,
 )
 from src.tasks.instance.econ.utility import UtilityParameters
 from src.tasks.task import (
@@ -94,13 +100,16 @@ class EconDecisionTask(Task["EconEpisode"]):
         few_shot_capacity: int = 512,
         show_cash_on_hand: bool = False,
         compact_prompt: bool = False,
+        oracle_policy: Literal["rule", "planner"] = "rule",
+        planning_draws: int = 8,
     ) -> None:
         super().__init__(max_round=households_per_sample)
         for name, value, least in (("num_train", num_train, 0),
                                    ("num_validation", num_validation, 0),
                                    ("num_economies", num_economies, 1),
                                    ("num_households", num_households, 1), ("months", months, 2),
-                                   ("few_shot_examples", few_shot_examples, 0)):
+                                   ("few_shot_examples", few_shot_examples, 0),
+                                   ("planning_draws", planning_draws, 1)):
             if value < least:
                 raise ValueError(f"EconDecisionTask: {name} must be at least {least}, got {value}")
         if households_per_sample > num_households:
@@ -109,6 +118,9 @@ class EconDecisionTask(Task["EconEpisode"]):
         if compact_prompt and not show_cash_on_hand:
             raise ValueError("EconDecisionTask: compact_prompt is the cash-on-hand line and a "
                              "short question; set show_cash_on_hand: true with it")
+        if oracle_policy not in ("rule", "planner"):
+            raise ValueError(f"EconDecisionTask: oracle_policy must be 'rule' or 'planner', "
+                             f"got {oracle_policy!r}")
         self.seed = seed
         self.num_train = num_train
         self.num_validation = num_validation
@@ -121,6 +133,8 @@ class EconDecisionTask(Task["EconEpisode"]):
         self.few_shot_examples = few_shot_examples
         self.show_cash_on_hand = show_cash_on_hand
         self.compact_prompt = compact_prompt
+        self.oracle_policy = oracle_policy
+        self.planning_draws = planning_draws
         self.memory = ExperienceMemory(few_shot_capacity) if few_shot_examples > 0 else None
         # Every episode of a sample's economy starts from its rule run: compute each once.
         self._economy_states: Callable[[int], tuple[EconomyState, ...]] = lru_cache(
@@ -157,6 +171,15 @@ class EconDecisionTask(Task["EconEpisode"]):
     def sample_state(self, sample: Sample) -> EconomyState:
         """The economy at the start of the sample's month."""
         return self._economy_states(sample.data["economy_seed"])[sample.data["month"]]
+
+    def planned_decision(self, sample: Sample, decisions: Decisions,
+                         household: int) -> tuple[float, float]:
+        """The planner's (work, share) for a household of the sample, the others as in
+        `decisions`, averaged over `planning_draws` other draws of the sample's month."""
+        draws = planning_draws(sample.data["economy_seed"], sample.data["month"],
+                               self.num_households, self.planning_draws)
+        return planned_decision(self.sample_state(sample), decisions, household, draws,
+                                self.utility)
 
     def new_episode(self) -> EconEpisode:
         return EconEpisode(self)
@@ -268,7 +291,11 @@ class EconEpisode(EpisodeEnv[EconDecisionTask]):
                            info=info)
 
     def _oracle_reply(self) -> str:
-        assert self._rule is not None
+        assert self._rule is not None and self.sample is not None
         household = self._households[len(self._decisions)]
-        return Decision(work=float(self._rule.work[household]),
-                        consumption=float(self._rule.consumption[household])).to_json()
+        if self.family.oracle_policy == "planner":
+            work, consumption = self.family.planned_decision(self.sample, self._rule, household)
+        else:
+            work = float(self._rule.work[household])
+            consumption = float(self._rule.consumption[household])
+        return Decision(work=work, consumption=consumption).to_json()

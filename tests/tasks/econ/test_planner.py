@@ -8,7 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from src.tasks.instance.econ.planner import best_grid_reply, grid_rewards, planned_decision
+from src.tasks.instance.econ.planner import (
+    best_grid_reply,
+    grid_rewards,
+    planned_decision,
+    reward_on_grid,
+)
 from src.tasks.instance.econ.rule_policy import rule_decisions
 from src.tasks.instance.econ.simulation import month_draws, planning_draws
 from src.tasks.instance.econ.task import EconDecisionTask
@@ -53,9 +58,9 @@ def test_the_planner_is_never_below_the_rule_in_its_own_expectation() -> None:
         expected = np.mean([grid_rewards(state, d, rule, household, task.utility)
                             for d in draws], axis=0)
         work, share = task.planned_decision(sample, rule, household)
-        rule_entry = expected[int(rule.work[household]),
-                              int(round(rule.consumption[household] * 50))]
-        assert expected[int(work), int(round(share * 50))] >= rule_entry
+        rule_entry = reward_on_grid(expected, rule.work[household],
+                                    rule.consumption[household])
+        assert reward_on_grid(expected, work, share) >= rule_entry
     with pytest.raises(ValueError, match="at least one draw"):
         planned_decision(state, rule, household, [], task.utility)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from src.maths.intervals import mean_with_interval
 from src.records.episode import Sample
-from src.tasks.instance.econ.planner import best_grid_reply, grid_rewards
+from src.tasks.instance.econ.planner import best_grid_reply, grid_rewards, reward_on_grid
 from src.tasks.instance.econ.reply_parser import GRID_STEPS
 from src.tasks.instance.econ.rule_policy import rule_decisions
 from src.tasks.instance.econ.simulation import month_draws
@@ -64,22 +64,21 @@ def sample_headroom(task: EconDecisionTask, sample: Sample) -> SampleHeadroom:
     rewards = grid_rewards(state, draws, rule, household, task.utility)
     best_work, best_consumption = best_grid_reply(rewards)
     planned_work, planned_consumption = task.planned_decision(sample, rule, household)
-    rule_work_index = int(rule.work[household])
-    rule_share_index = int(round(rule.consumption[household] * GRID_STEPS))
+    rule_work = float(rule.work[household])
+    rule_consumption = float(rule.consumption[household])
     return SampleHeadroom(sample_id=sample.sample_id,
-                          rule_work=float(rule.work[household]),
-                          rule_consumption=float(rule.consumption[household]),
-                          rule_reward=float(rewards[rule_work_index, rule_share_index]),
+                          rule_work=rule_work,
+                          rule_consumption=rule_consumption,
+                          rule_reward=reward_on_grid(rewards, rule_work, rule_consumption),
                           best_reward=float(rewards.max()),
                           best_work=best_work,
                           best_consumption=best_consumption,
-                          one_step_up_reward=float(
-                              rewards[rule_work_index, min(rule_share_index + 1, GRID_STEPS)]),
+                          one_step_up_reward=reward_on_grid(
+                              rewards, rule_work, min(rule_consumption + 1 / GRID_STEPS, 1.0)),
                           planned_work=planned_work,
                           planned_consumption=planned_consumption,
-                          planned_reward=float(rewards[int(planned_work),
-                                                       int(round(planned_consumption
-                                                                 * GRID_STEPS))]))
+                          planned_reward=reward_on_grid(rewards, planned_work,
+                                                        planned_consumption))
 
 
 def task_from_config(config_path: Path) -> EconDecisionTask:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from src.tasks.instance.econ.reply_parser import GRID_STEPS
 from src.tasks.instance.econ.reward import household_rewards
 from src.tasks.instance.econ.rule_policy import PROPENSITY_GRID
 from src.tasks.instance.econ.simulation import Decisions, EconomyState, MonthDraws
@@ -35,6 +36,11 @@ def grid_rewards(state: EconomyState, draws: MonthDraws, decisions: Decisions, h
                                         decisions.with_decision(household, work, share),
                                         [household], params)[0]
                       for share in PROPENSITY_GRID] for work in WORK_CHOICES])
+
+
+def reward_on_grid(rewards: np.ndarray, work: float, share: float) -> float:
+    """The entry of a grid of rewards for the reply (work, share), both on the grid."""
+    return float(rewards[int(work), int(round(share * GRID_STEPS))])
 
 
 def best_grid_reply(rewards: np.ndarray) -> tuple[float, float]:

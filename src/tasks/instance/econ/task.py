@@ -43,13 +43,13 @@ from typing import Any, Literal
 import numpy as np
 
 from src.records.episode import Episode, Outcome, Sample
+from src.tasks.instance.econ import planner
 from src.tasks.instance.econ.baseline_run import rule_economy_states
 from src.tasks.instance.econ.memory import (
     Experience,
     ExperienceMemory,
     situation_features,
 )
-from src.tasks.instance.econ.planner import planned_decision
 from src.tasks.instance.econ.population import Population, sample_population
 from src.tasks.instance.econ.prompt import (
     compact_household_prompt,
@@ -178,8 +178,8 @@ class EconDecisionTask(Task["EconEpisode"]):
         `decisions`, averaged over `planning_draws` other draws of the sample's month."""
         draws = planning_draws(sample.data["economy_seed"], sample.data["month"],
                                self.num_households, self.planning_draws)
-        return planned_decision(self.sample_state(sample), decisions, household, draws,
-                                self.utility)
+        return planner.planned_decision(self.sample_state(sample), decisions, household, draws,
+                                        self.utility)
 
     def new_episode(self) -> EconEpisode:
         return EconEpisode(self)

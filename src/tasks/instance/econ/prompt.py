@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from src.tasks.instance.econ.memory import Experience
+from src.tasks.instance.econ.outlook import MarketOutlook
 from src.tasks.instance.econ.population import Population
 from src.tasks.instance.econ.reply_parser import Decision
 from src.tasks.instance.econ.rule_policy import expected_cash_on_hand
@@ -50,6 +51,16 @@ def cash_on_hand_line(state: EconomyState, household: int) -> str:
             f"do not, enough for {if_resting / state.price:,.0f} goods.")
 
 
+def market_outlook_line(outlook: MarketOutlook) -> str:
+    """The month's goods on sale against the planned purchases, and the price move expected."""
+    change = outlook.expected_price_change
+    move = (f"to rise by about {change:.1%}" if change >= 0.0005
+            else f"to fall by about {-change:.1%}" if change <= -0.0005 else "to hold")
+    return (f"This month the shops will have about {outlook.goods_on_sale:,.0f} goods and "
+            f"households plan to buy about {outlook.planned_purchases:,.0f}, so the price is "
+            f"expected {move} by next month.")
+
+
 def examples_block(examples: Sequence[Experience]) -> str:
     shown = "\n".join(f"- {example.situation}: "
                       f"{Decision(example.work, example.consumption).to_json()}"
@@ -58,12 +69,16 @@ def examples_block(examples: Sequence[Experience]) -> str:
 
 
 def compact_household_prompt(population: Population, state: EconomyState, household: int,
-                             examples: Sequence[Experience] = ()) -> str:
+                             examples: Sequence[Experience] = (),
+                             outlook: MarketOutlook | None = None) -> str:
     """The price, the cash-on-hand line and a short question: a prompt a third as long as the
-    EconAgent one that still holds the figures the rule policy decides from."""
+    EconAgent one that still holds the figures the rule policy decides from (and, given an
+    outlook, the market outlook line)."""
     lines = [f"You are {population.names[household]}, a(n) {population.jobs[household]}. "
              f"Essential goods cost {money(state.price)} each.",
              cash_on_hand_line(state, household)]
+    if outlook is not None:
+        lines.append(market_outlook_line(outlook))
     if examples:
         lines.append(examples_block(examples))
     lines.append(COMPACT_INSTRUCTION)
@@ -71,7 +86,8 @@ def compact_household_prompt(population: Population, state: EconomyState, househ
 
 
 def household_prompt(population: Population, state: EconomyState, household: int,
-                     examples: Sequence[Experience] = (), show_cash_on_hand: bool = False) -> str:
+                     examples: Sequence[Experience] = (), show_cash_on_hand: bool = False,
+                     outlook: MarketOutlook | None = None) -> str:
     year, month = divmod(state.month, MONTHS_PER_YEAR)
     age = int(population.ages[household]) + year
     wage = float(state.wage[household])
@@ -81,12 +97,12 @@ def household_prompt(population: Population, state: EconomyState, household: int
                      f"and earned {money(state.last_income[household])}.")
         change = expected - state.last_income[household]
         trend = "higher" if change > 0 else "lower" if change < 0 else "the same"
-        outlook = (f"If you keep working, your income this month will be {money(expected)}, "
-                   f"{trend} than last month as the labour market moved.")
+        income_outlook = (f"If you keep working, your income this month will be "
+                          f"{money(expected)}, {trend} than last month as the labour market moved.")
     else:
         last_work = (f"In the previous month you did not work; your job is "
                      f"{population.jobs[household]}.")
-        outlook = f"If you work this month, your income will be {money(expected)}."
+        income_outlook = f"If you work this month, your income will be {money(expected)}."
     brackets = ", ".join(f"{rate:.0%} above {money(cutoff)}"
                          for cutoff, rate in zip(BRACKET_CUTOFFS, BRACKET_RATES, strict=True))
     lines = [
@@ -94,7 +110,7 @@ def household_prompt(population: Population, state: EconomyState, household: int
         "Part of your monthly income is taxed by the federal government in tiers: each "
         "bracket's rate applies to the income within it. After collection the government "
         "shares all the tax revenue equally among all citizens, whatever their earnings.",
-        f"Now it is {FIRST_YEAR + year}.{month + 1:02d}. {last_work} {outlook}",
+        f"Now it is {FIRST_YEAR + year}.{month + 1:02d}. {last_work} {income_outlook}",
         f"Last month you spent {money(state.last_spending[household])} on goods and paid "
         f"{money(state.last_tax[household])} in tax, and the redistribution gave you "
         f"{money(state.last_redistribution)}.",
@@ -105,6 +121,8 @@ def household_prompt(population: Population, state: EconomyState, household: int
     ]
     if show_cash_on_hand:
         lines.append(cash_on_hand_line(state, household))
+    if outlook is not None:
+        lines.append(market_outlook_line(outlook))
     if examples:
         lines.append(examples_block(examples))
     lines.append(INSTRUCTION)

@@ -20,7 +20,7 @@ from src.tasks.instance.econ.utility import UtilityParameters, household_value
 PROPENSITY_GRID = np.arange(GRID_STEPS + 1) / GRID_STEPS
 
 
-def expected_cash_on_hand(state: EconomyState, works: float) -> np.ndarray:
+def expected_cash_on_hand(state: EconomyState, works: float | np.ndarray) -> np.ndarray:
     """Each household's money for the month as the rule expects it: savings, the month's pay
     after tax when it works, and a redistribution that repeats last month's."""
     income = HOURS_PER_MONTH * works * state.wage

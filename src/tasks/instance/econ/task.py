@@ -18,7 +18,9 @@ if it works and if it does not, in dollars and in goods at today's price: the qu
 rule policy's consumption share falls with (rank correlation -0.97 over the 400 train
 states of econ_sft.yaml), which the EconAgent prompt leaves to arithmetic. With
 `compact_prompt` as well, the prompt is only the price, that line and a short question
-(`prompt.compact_household_prompt`).
+(`prompt.compact_household_prompt`). With `show_market_outlook`, either prompt also states
+the month's goods on sale, the purchases the households plan and the price move that
+imbalance implies (`outlook`): the figure the planner's gain over the rule mostly follows.
 
 The oracle (the demonstrations of a supervised stage) answers with the rule policy, or with
 `oracle_policy: planner` with the planner (`planner`): the best grid reply in expectation
@@ -50,6 +52,7 @@ from src.tasks.instance.econ.memory import (
     ExperienceMemory,
     situation_features,
 )
+from src.tasks.instance.econ.outlook import market_outlook
 from src.tasks.instance.econ.population import Population, sample_population
 from src.tasks.instance.econ.prompt import (
     compact_household_prompt,
@@ -100,6 +103,7 @@ class EconDecisionTask(Task["EconEpisode"]):
         few_shot_capacity: int = 512,
         show_cash_on_hand: bool = False,
         compact_prompt: bool = False,
+        show_market_outlook: bool = False,
         oracle_policy: Literal["rule", "planner"] = "rule",
         planning_draws: int = 8,
     ) -> None:
@@ -133,6 +137,7 @@ class EconDecisionTask(Task["EconEpisode"]):
         self.few_shot_examples = few_shot_examples
         self.show_cash_on_hand = show_cash_on_hand
         self.compact_prompt = compact_prompt
+        self.show_market_outlook = show_market_outlook
         self.oracle_policy = oracle_policy
         self.planning_draws = planning_draws
         self.memory = ExperienceMemory(few_shot_capacity) if few_shot_examples > 0 else None
@@ -192,10 +197,13 @@ class EconDecisionTask(Task["EconEpisode"]):
             features = situation_features(state.savings[household], state.wage[household],
                                           state.price, state.last_redistribution)
             examples = self.memory.recall(features, self.few_shot_examples)
+        # the others' plans are the rule policy's, as in the reward's month
+        outlook = (market_outlook(state, rule_decisions(state, self.utility))
+                   if self.show_market_outlook else None)
         if self.compact_prompt:
-            return compact_household_prompt(population, state, household, examples)
+            return compact_household_prompt(population, state, household, examples, outlook)
         return household_prompt(population, state, household, examples,
-                                show_cash_on_hand=self.show_cash_on_hand)
+                                show_cash_on_hand=self.show_cash_on_hand, outlook=outlook)
 
     def _score_group(self, episodes: Sequence[Episode]) -> None:
         """Remember the group's parsed training decisions for later prompts."""

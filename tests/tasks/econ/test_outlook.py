@@ -11,7 +11,13 @@ import pytest
 from src.tasks.instance.econ.outlook import MarketOutlook, market_outlook
 from src.tasks.instance.econ.prompt import market_outlook_line
 from src.tasks.instance.econ.rule_policy import rule_decisions
-from src.tasks.instance.econ.simulation import Decisions, MonthDraws, step_month
+from src.tasks.instance.econ.simulation import (
+    HOURS_PER_MONTH,
+    PRODUCTIVITY,
+    Decisions,
+    MonthDraws,
+    step_month,
+)
 from src.tasks.instance.econ.task import EconDecisionTask
 from src.tasks.instance.econ.tax import income_tax, redistribute
 from tests.tasks.econ.test_task import SMALL, first_prompt
@@ -25,7 +31,7 @@ def test_the_expected_price_move_is_the_simulated_one_at_the_mean_draw() -> None
     state = task.sample_state(task.get_sample("train-000002"))
     rule = rule_decisions(state, task.utility)
     everyone_works = Decisions(work=np.ones(state.num_households), consumption=rule.consumption)
-    income = 168.0 * state.wage
+    income = HOURS_PER_MONTH * state.wage
     state = dataclasses.replace(state,
                                 last_redistribution=float(redistribute(income_tax(income))[0]))
     outlook = market_outlook(state, everyone_works)
@@ -35,7 +41,8 @@ def test_the_expected_price_move_is_the_simulated_one_at_the_mean_draw() -> None
     assert outlook.expected_price_change == pytest.approx(month.state.price / state.price - 1.0,
                                                           rel=1e-9)
     assert outlook.expected_price_change != 0.0
-    assert outlook.goods_on_sale == pytest.approx(state.inventory + 168.0 * state.num_households)
+    assert outlook.goods_on_sale == pytest.approx(
+        state.inventory + PRODUCTIVITY * HOURS_PER_MONTH * state.num_households)
     bought = float(month.goods.sum())  # the purchases, or all the goods when they run short
     assert bought == pytest.approx(min(outlook.planned_purchases, outlook.goods_on_sale), rel=1e-9)
 
@@ -68,7 +75,10 @@ def test_the_prompts_state_the_outlook_only_when_asked() -> None:
 
 @pytest.mark.parametrize(("change", "words"), [(0.0123, "to rise by about 1.2%"),
                                                (-0.0391, "to fall by about 3.9%"),
-                                               (0.0002, "to hold")])
+                                               (0.0005, "to rise by about 0.1%"),
+                                               (-0.0005, "to fall by about 0.1%"),
+                                               (0.0004, "to hold"), (-0.0004, "to hold"),
+                                               (0.0, "to hold")])
 def test_the_outlook_line_words_the_move(change: float, words: str) -> None:
     line = market_outlook_line(MarketOutlook(goods_on_sale=1234.4, planned_purchases=1500.6,
                                              expected_price_change=change))

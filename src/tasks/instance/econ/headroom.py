@@ -25,12 +25,14 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from src.maths.intervals import mean_with_interval
 from src.records.episode import Sample
 from src.tasks.instance.econ.planner import best_grid_reply, grid_rewards, reward_on_grid
 from src.tasks.instance.econ.reply_parser import GRID_STEPS
 from src.tasks.instance.econ.rule_policy import rule_decisions
-from src.tasks.instance.econ.simulation import month_draws
+from src.tasks.instance.econ.simulation import Decisions, month_draws
 from src.tasks.instance.econ.task import EconDecisionTask
 from src.tasks.task_config import task_parameters_from_config
 
@@ -50,18 +52,29 @@ class SampleHeadroom:
     planned_reward: float
 
 
-def sample_headroom(task: EconDecisionTask, sample: Sample) -> SampleHeadroom:
-    """The rule policy's reward, the best grid reply's and the planner's, for a one-household
-    sample."""
+def sample_household(sample: Sample) -> int:
+    """The household of a one-household sample: the tools here score one reply a sample."""
     households = sample.data["households"]
     if len(households) != 1:
         raise ValueError(f"sample {sample.sample_id}: headroom is computed for one household "
                          f"a sample, this one asks for {len(households)}")
-    household = households[0]
-    state = task.sample_state(sample)
+    return households[0]
+
+
+def month_reward_grid(task: EconDecisionTask, sample: Sample, rule: Decisions) -> np.ndarray:
+    """The reward of every grid reply with the month's own draws (the episode's reward), the
+    other households on `rule`."""
     draws = month_draws(sample.data["economy_seed"], sample.data["month"], task.num_households)
-    rule = rule_decisions(state, task.utility)
-    rewards = grid_rewards(state, draws, rule, household, task.utility)
+    return grid_rewards(task.sample_state(sample), draws, rule, sample_household(sample),
+                        task.utility)
+
+
+def sample_headroom(task: EconDecisionTask, sample: Sample) -> SampleHeadroom:
+    """The rule policy's reward, the best grid reply's and the planner's, for a one-household
+    sample."""
+    household = sample_household(sample)
+    rule = rule_decisions(task.sample_state(sample), task.utility)
+    rewards = month_reward_grid(task, sample, rule)
     best_work, best_consumption = best_grid_reply(rewards)
     planned_work, planned_consumption = task.planned_decision(sample, rule, household)
     rule_work = float(rule.work[household])

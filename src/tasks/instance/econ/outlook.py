@@ -1,13 +1,15 @@
 """The month's market outlook: the goods on sale, the goods the households plan to buy, and
 the price move that imbalance implies.
 
-The planner (`planner`) beats the rule policy mostly by pricing in the month's imbalance:
-over the 800 train states of econ_sft_compact.yaml the planner's share minus the rule's
-correlates 0.66 with it. A household that sees only its own money and the price cannot know
-it; this is the forecast a market report would print: the stock plus what the planned work
-makes, against the planned purchases at the money each household expects
-(`rule_policy.expected_cash_on_hand`), and the price move `simulation` makes of that
-imbalance with its draw at its mean. It uses no draw of the month.
+The planner (`planner`) beats the rule policy by pricing in the month's imbalance: over the
+800 train states of econ_sft_compact.yaml the planner's share minus the rule's correlates
+0.66 with it. A household that sees only its own money and the price cannot know it; this
+is the forecast a market report would print: the stock plus what the planned work makes,
+against the planned purchases at the money each household expects
+(`rule_policy.expected_cash_on_hand`: last month's redistribution repeating), and the price
+move the market's law (`market.adjust_level`) makes of that imbalance with its draw at its
+mean. It uses no draw of the month. It is the month's own move at the mean draw where the
+money is as expected; the month's new redistribution shifts the real one a little.
 """
 
 from __future__ import annotations

@@ -40,11 +40,17 @@ def situation(state: EconomyState, household: int) -> str:
             f"{money(state.wage[household])}, goods price {money(state.price)}")
 
 
+def cash_on_hand(state: EconomyState, household: int) -> tuple[float, float]:
+    """The household's money for the month as the rule expects it, working and not."""
+    if_working, if_resting = (float(expected_cash_on_hand(state, works)[household])
+                              for works in (1.0, 0.0))
+    return if_working, if_resting
+
+
 def cash_on_hand_line(state: EconomyState, household: int) -> str:
     """The money the month leaves to spend or keep, in dollars and in goods at today's price,
     for working and for not: the quantities the rule policy's consumption share follows."""
-    if_working, if_resting = (float(expected_cash_on_hand(state, works)[household])
-                              for works in (1.0, 0.0))
+    if_working, if_resting = cash_on_hand(state, household)
     return (f"With your savings, last month's redistribution and, if you work, this month's "
             f"pay after tax, you will have {money(if_working)} to spend or keep if you work, "
             f"enough for {if_working / state.price:,.0f} goods, and {money(if_resting)} if you "

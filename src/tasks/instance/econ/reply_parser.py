@@ -16,6 +16,11 @@ from typing import Any
 
 KEYS = ("work", "consumption")
 GRID_STEPS = 50  # 0.02 steps over [0, 1]
+
+
+def snap_to_grid(value: float) -> float:
+    """The nearest grid value (k / GRID_STEPS) to a propensity in [0, 1]."""
+    return round(value * GRID_STEPS) / GRID_STEPS
 _FENCE = re.compile(r"```json\s*(.*)```", re.DOTALL)
 
 
@@ -72,5 +77,5 @@ def parse_decision(reply: str) -> Decision | FormatFailure:
         # a NaN fails the comparison and an overflow (1e999) is infinite: both are outside
         if not 0.0 <= value <= 1.0:
             return FormatFailure(f"'{key}' is {value}, outside [0, 1]")
-        values.append(round(value * GRID_STEPS) / GRID_STEPS)
+        values.append(snap_to_grid(value))
     return Decision(work=values[0], consumption=values[1])

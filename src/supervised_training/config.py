@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,12 +44,38 @@ class ChatsJsonlDemonstrations(StrictModel):
     path: str
 
 
+class OversampledDemonstrations(StrictModel):
+    """Demonstrations trained on `times` times an epoch: those whose last agent turn matches
+    `reply_pattern` (a regular expression, searched) and whose category is `category`, where
+    each is given. A rare decision the expert takes a few times in a hundred (the econ
+    planner's rests) is otherwise learned less than the common one."""
+
+    reply_pattern: str | None = None
+    category: str | None = None
+    times: int = Field(ge=2)
+
+    @model_validator(mode="after")
+    def _some_filter(self) -> OversampledDemonstrations:
+        if self.reply_pattern is None and self.category is None:
+            raise ValueError("give reply_pattern, category or both: which demonstrations to "
+                             "repeat")
+        if self.reply_pattern is not None:
+            try:
+                re.compile(self.reply_pattern)
+            except re.error as error:
+                raise ValueError(f"reply_pattern {self.reply_pattern!r} is not a regular "
+                                 f"expression: {error}") from error
+        return self
+
+
 class DemonstrationsConfig(StrictModel):
     oracle: OracleDemonstrations | None = None
     runs_jsonl: RunsJsonlDemonstrations | None = None
     chats_jsonl: ChatsJsonlDemonstrations | None = None
     # after the sources are joined: the first N of a seeded shuffle (a small SFT budget)
     max_demonstrations: PositiveInt | None = None
+    # then these are repeated (a demonstration two of them match: the larger `times`)
+    oversample: list[OversampledDemonstrations] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _some_source(self) -> DemonstrationsConfig:
@@ -138,6 +165,9 @@ class SupervisedTrainingPlan:
                  self.task.describe(), self.agent.describe(),
                  f"demonstrations: {', '.join(sources)} "
                  f"(at most {demonstrations.max_demonstrations or 'all'} of them)",
+                 *(f"oversample x{rule.times}: "
+                   f"{rule.model_dump(exclude_none=True, exclude={'times'})}"
+                   for rule in demonstrations.oversample),
                  f"{training.epochs} epochs, {training.batch_size} per step, "
                  f"lr {training.optimizer.learning_rate} {training.optimizer.lr_schedule}",
                  f"output_dir: {supervised.output_dir}"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -21,6 +22,7 @@ from src.supervised_training.config import (
     ChatsJsonlDemonstrations,
     DemonstrationsConfig,
     OracleDemonstrations,
+    OversampledDemonstrations,
     RunsJsonlDemonstrations,
 )
 from src.tasks.task import Task
@@ -129,7 +131,7 @@ def _rows(path: Path, model: type[Row]) -> list[tuple[int, Row]]:
 def read_demonstrations(config: DemonstrationsConfig, task: Task[Any],
                         random_seed: int) -> list[Demonstration]:
     """Every configured source, joined in the config's order, then at most
-    `max_demonstrations` of them by a seeded shuffle."""
+    `max_demonstrations` of them by a seeded shuffle, then the `oversample` repeats."""
     demonstrations: list[Demonstration] = []
     if config.oracle is not None:
         demonstrations += from_oracle(config.oracle, task)
@@ -143,7 +145,32 @@ def read_demonstrations(config: DemonstrationsConfig, task: Task[Any],
         demonstrations = [demonstrations[index] for index in sorted(chosen)]
     if not demonstrations:
         raise DemonstrationError("no demonstration to train on: the sources gave none")
-    return demonstrations
+    return oversampled(demonstrations, config.oversample)
+
+
+def oversampled(demonstrations: list[Demonstration],
+                rules: list[OversampledDemonstrations]) -> list[Demonstration]:
+    """Each demonstration `times` times in a row, `times` of the largest rule it matches
+    (once where none does); the trainer shuffles them."""
+    matches = [[_matches(rule, demonstration) for rule in rules]
+               for demonstration in demonstrations]
+    for index, rule in enumerate(rules):
+        logger.info("oversample %s: %d of %d demonstrations, %d times each",
+                    rule.model_dump(exclude_none=True, exclude={"times"}),
+                    sum(row[index] for row in matches), len(demonstrations), rule.times)
+    repeated: list[Demonstration] = []
+    for demonstration, row in zip(demonstrations, matches, strict=True):
+        times = max((rule.times for rule, hit in zip(rules, row, strict=True) if hit), default=1)
+        repeated += [demonstration] * times
+    return repeated
+
+
+def _matches(rule: OversampledDemonstrations, demonstration: Demonstration) -> bool:
+    last_reply = next((text for role, text in reversed(demonstration.chat) if role == "agent"),
+                      "")
+    return ((rule.category is None or rule.category == demonstration.category)
+            and (rule.reply_pattern is None
+                 or re.search(rule.reply_pattern, last_reply) is not None))
 
 
 def snapshot_demonstrations(folder: Path, config: DemonstrationsConfig, task: Task[Any],

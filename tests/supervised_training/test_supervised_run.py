@@ -134,14 +134,16 @@ def test_chats_jsonl_rows_are_checked_with_file_and_line(tiny_model_path: Path,
 def test_rejection_sampling_keeps_only_the_runs_successes(tiny_model_path: Path,
                                                           tmp_path: Path,
                                                           straight_run: Path) -> None:
-    """The straight run's evaluation episodes, only the correct ones, as demonstrations."""
+    """The straight run's evaluation episodes, only the correct ones, as demonstrations,
+    with a chat oversampled."""
     episodes = straight_run / "evaluation" / "step-000009.jsonl"
     records = [json.loads(line) for line in episodes.open()]
     config = tmp_path / "rs.yaml"
     text = write_config(tmp_path, "rs", tiny_model_path).read_text().replace(
         "    oracle: {num_samples: 12}\n",
         f"    runs_jsonl: {{path: {episodes}}}\n"
-        f"    chats_jsonl: {{path: {tmp_path / 'chats.jsonl'}}}\n")
+        f"    chats_jsonl: {{path: {tmp_path / 'chats.jsonl'}}}\n"
+        "    oversample: [{reply_pattern: '^2$', times: 3}]\n")
     config.write_text(text.replace("epochs: 3", "epochs: 1"))
     (tmp_path / "chats.jsonl").write_text(json.dumps({"messages": [
         {"role": "system", "content": "Be terse."}, {"role": "user", "content": "1+1?"},
@@ -149,7 +151,8 @@ def test_rejection_sampling_keeps_only_the_runs_successes(tiny_model_path: Path,
     assert run_command(config) == 0
     kept = [json.loads(line) for line in (tmp_path / "rs" / "demonstrations.jsonl").open()]
     correct = [record for record in records if record["outcome"] == "correct"]
-    assert len(kept) == len(correct) + 1 and len(records) == 2
+    assert len(kept) == len(correct) + 3 and len(records) == 2  # the chat three times
+    assert kept[-3] == kept[-2] == kept[-1]
     assert kept[-1]["system_prompt"] == "Be terse." and kept[-1]["chat"] == [
         ["user", "1+1?"], ["agent", "2"]]
 
@@ -207,9 +210,11 @@ def test_the_dry_run_names_each_demonstration_source(
         tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     text = CONFIG.format(output=tmp_path / "out", model="embedded:smollm2-135m",
                          extra_source="chats_jsonl: {path: chats.jsonl}\n"
-                                      "    max_demonstrations: 5")
+                                      "    max_demonstrations: 5\n"
+                                      "    oversample: [{reply_pattern: REST, times: 3}]")
     config = tmp_path / "plan.yaml"
     config.write_text(text)
     assert run_command(config, "--dry_run") == 0
     assert ("demonstrations: oracle on the first 12 train samples, chats_jsonl chats.jsonl "
-            "(at most 5 of them)\n") in capsys.readouterr().out
+            "(at most 5 of them)\noversample x3: {'reply_pattern': 'REST'}\n"
+            ) in capsys.readouterr().out

@@ -67,6 +67,9 @@ class OversampledDemonstrations(StrictModel):
                                  f"expression: {error}") from error
         return self
 
+    def describe(self) -> str:
+        return f"oversample x{self.times}: {self.model_dump(exclude_none=True, exclude={'times'})}"
+
 
 class DemonstrationsConfig(StrictModel):
     oracle: OracleDemonstrations | None = None
@@ -165,9 +168,7 @@ class SupervisedTrainingPlan:
                  self.task.describe(), self.agent.describe(),
                  f"demonstrations: {', '.join(sources)} "
                  f"(at most {demonstrations.max_demonstrations or 'all'} of them)",
-                 *(f"oversample x{rule.times}: "
-                   f"{rule.model_dump(exclude_none=True, exclude={'times'})}"
-                   for rule in demonstrations.oversample),
+                 *(rule.describe() for rule in demonstrations.oversample),
                  f"{training.epochs} epochs, {training.batch_size} per step, "
                  f"lr {training.optimizer.learning_rate} {training.optimizer.lr_schedule}",
                  f"output_dir: {supervised.output_dir}"]

@@ -155,9 +155,8 @@ def oversampled(demonstrations: list[Demonstration],
     matches = [[_matches(rule, demonstration) for rule in rules]
                for demonstration in demonstrations]
     for index, rule in enumerate(rules):
-        logger.info("oversample %s: %d of %d demonstrations, %d times each",
-                    rule.model_dump(exclude_none=True, exclude={"times"}),
-                    sum(row[index] for row in matches), len(demonstrations), rule.times)
+        logger.info("%s: %d of %d demonstrations", rule.describe(),
+                    sum(row[index] for row in matches), len(demonstrations))
     repeated: list[Demonstration] = []
     for demonstration, row in zip(demonstrations, matches, strict=True):
         times = max((rule.times for rule, hit in zip(rules, row, strict=True) if hit), default=1)

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
 import yaml
 
 from src.tasks.instance.econ.decision_table import (
+    DecisionBesideRule,
     decision_statistics,
     decision_table,
+    decisions_beside_rule,
     rule_agreement,
+    work_choice_split,
 )
 from src.tasks.instance.econ.rule_policy import rule_decisions
 from src.tasks.instance.econ.task import EconDecisionTask
@@ -89,21 +93,45 @@ def rule_episodes(task: EconDecisionTask, consumption_of=None) -> list[dict]:
 
 def test_replies_are_compared_with_the_rule_on_their_own_states() -> None:
     task = EconDecisionTask(**SMALL)
-    following = rule_agreement(rule_episodes(task), task)
+
+    def agreement(episodes: list[dict]) -> dict[str, float]:
+        return rule_agreement(decisions_beside_rule(episodes, task))
+
+    following = agreement(rule_episodes(task))
     assert following == {"work on the rule's side": 1.0,
                          "corr. of consumption with the rule's": pytest.approx(1.0),
                          "consumption above the rule's": 0.0,
                          "consumption below the rule's": 0.0}
-    one_step_up = rule_agreement(rule_episodes(task, lambda c: c + 0.02), task)
+    one_step_up = agreement(rule_episodes(task, lambda c: c + 0.02))
     assert (one_step_up["consumption above the rule's"],
             one_step_up["consumption below the rule's"]) == (1.0, 0.0)
-    against = rule_agreement(rule_episodes(task, lambda c: 1.0 - c), task)
+    against = agreement(rule_episodes(task, lambda c: 1.0 - c))
     assert against["corr. of consumption with the rule's"] == pytest.approx(-1.0)
-    constant = rule_agreement(rule_episodes(task, lambda c: 0.4), task)
+    constant = agreement(rule_episodes(task, lambda c: 0.4))
     assert math.isnan(constant["corr. of consumption with the rule's"])
-    unparsed = rule_agreement([{"reward": -1.0, "info": {"metric/json_parse_success": 0.0}}],
-                              task)
+    unparsed = agreement([{"reward": -1.0, "info": {"metric/json_parse_success": 0.0}}])
     assert all(math.isnan(value) for value in unparsed.values())
+
+
+def beside(sample_id: str, work: float, rule_work: float, vs_rule: float) -> DecisionBesideRule:
+    return DecisionBesideRule(sample_id, work, 0.2, rule_work, 0.2, vs_rule)
+
+
+def test_the_split_by_work_choice_by_hand() -> None:
+    pairs = [beside("a", 1.0, 1.0, 0.002), beside("b", 0.96, 0.9, 0.004),
+             beside("c", 0.0, 0.0, 0.001), beside("d", 1.0, 0.2, -0.01),
+             beside("e", 0.4, 1.0, -0.003)]
+    rows = [line.split(" | ") for line in work_choice_split(pairs).splitlines()[2:]]
+    assert [row[:3] for row in rows] == [["| works", "works", "2"], ["| rests", "rests", "1"],
+                                         ["| rests", "works", "1"], ["| works", "rests", "1"]]
+    assert rows[0][3].startswith("+0.003 [+0.002, +0.004]")
+    assert [row[3] for row in rows[1:]] == ["+0.001", "-0.01", "-0.003"]
+    parts = [float(row[4].rstrip(" |")) for row in rows]
+    assert parts == pytest.approx([0.0012, 0.0002, -0.002, -0.0006])
+    assert sum(parts) == pytest.approx(statistics.fmean(p.reward_vs_rule for p in pairs))
+    assert work_choice_split([]) == "no parsed replies\n"
+    with pytest.raises(ValueError, match="one household an episode"):
+        work_choice_split([beside("a", 1.0, 1.0, 0.0), beside("a", 0.0, 1.0, 0.0)])
 
 
 def test_the_table_against_the_rule_reads_the_runs_config(tmp_path: Path) -> None:
@@ -120,3 +148,17 @@ def test_the_table_against_the_rule_reads_the_runs_config(tmp_path: Path) -> Non
                              "| consumption above the rule's | consumption below the rule's |")
     assert lines[2].split(" | ")[-4:-2] == ["1.000", "nan"]
     assert lines[3].endswith("| 1.000 | 1.000 | 0.000 | 0.000 |")
+    assert len(lines) == 4
+    rest_where_the_rule_works = rule_episodes(task)
+    for row in rest_where_the_rule_works[:2]:
+        row["info"]["econ/decisions"][0]["work"] = 0.0
+    (folder / "step-000010.jsonl").write_text(
+        "".join(json.dumps(row) + "\n" for row in rest_where_the_rule_works))
+    table = decision_table(tmp_path, against_rule=True, by_work=True)
+    last = table[table.index("By work choice, last: step-000010"):].splitlines()
+    rule_works = sum(row["info"]["econ/decisions"][0]["work"] >= 0.5
+                     for row in rule_episodes(task))
+    assert last[4].startswith(f"| works | works | {rule_works - 2} |")
+    assert last[7].startswith("| works | rests | 2 | +0 [+0, +0] |")
+    with pytest.raises(ValueError, match="--by_work needs --against_rule"):
+        decision_table(tmp_path, by_work=True)

@@ -139,6 +139,8 @@ def work_choice_split(pairs: list[DecisionBesideRule]) -> str:
 
 def decision_table(output_dir: Path, every: bool = False, against_rule: bool = False,
                    by_work: bool = False) -> str:
+    if by_work and not against_rule:
+        raise ValueError("--by_work needs --against_rule (it compares with the rule's decisions)")
     files = sorted((output_dir / "evaluation").glob("step-*.jsonl"))
     if not files:
         raise FileNotFoundError(f"{output_dir / 'evaluation'} holds no evaluation "
@@ -148,8 +150,6 @@ def decision_table(output_dir: Path, every: bool = False, against_rule: bool = F
             else [("first: ", files[0]), ("last: ", files[-1])])
     columns = COLUMNS + RULE_COLUMNS if against_rule else COLUMNS
     task = task_from_config(output_dir / "config.yaml") if against_rule else None
-    if by_work and not against_rule:
-        raise ValueError("--by_work needs --against_rule (it compares with the rule's decisions)")
     lines = [f"| | {' | '.join(columns)} |", "|---" * (len(columns) + 1) + "|"]
     splits: list[str] = []
     for label, path in rows:

@@ -66,21 +66,30 @@ class LearnerWorker:
         self._model_class, self._parameters = model_class, parameters
         self._settings, self._shard = settings, Shard(rank, world)
         self._learner: Learner | None = None
+        self._store: Any = None  # rank 0's TCPStore, the group's meeting point
 
-    def rendezvous_address(self) -> tuple[str, int]:
-        """This worker's host and a free port: rank 0's is the group's meeting point."""
-        with socket.socket() as probe:
-            probe.bind(("", 0))
-            port = probe.getsockname()[1]
-        return socket.gethostbyname(socket.gethostname()), port
+    def open_store(self) -> tuple[str, int]:
+        """Rank 0 only: listen for the group on a port the system picks while binding and
+        return where. A port probed free and bound later can be taken in between by any
+        connection the machine opens (Ray opens many while the workers load the model)."""
+        import torch.distributed as dist
+        from torch.distributed.constants import default_pg_timeout
+
+        host = socket.gethostbyname(socket.gethostname())
+        self._store = dist.TCPStore(host, 0, self._shard.world, is_master=True,
+                                    timeout=default_pg_timeout, wait_for_workers=False)
+        return host, self._store.port
 
     def start(self, host: str, port: int, trainable: list[torch.Tensor]) -> int:
         import torch.distributed as dist
+        from torch.distributed.constants import default_pg_timeout
 
         model = self._model_class(**self._parameters)
         backend = "nccl" if model.device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, init_method=f"tcp://{host}:{port}",
-                                rank=self._shard.rank, world_size=self._shard.world)
+        store = self._store if self._shard.rank == 0 else dist.TCPStore(
+            host, port, self._shard.world, is_master=False, timeout=default_pg_timeout)
+        dist.init_process_group(backend, store=store, rank=self._shard.rank,
+                                world_size=self._shard.world)
         load_trainable(model, self._shards_of(model, trainable))
         model.shard_for_data_parallel()
         self._learner = Learner(model, self._settings, self._shard)
@@ -155,6 +164,7 @@ class LearnerWorker:
 
         if dist.is_initialized():
             dist.destroy_process_group()
+        self._store = None
 
 
 class ShardedLearner:
@@ -181,7 +191,7 @@ class ShardedLearner:
                                                         num_workers, cpus_per_worker)
                                     for rank in range(num_workers)]
         try:
-            host, port = ray.get(self._workers[0].rendezvous_address.remote(),
+            host, port = ray.get(self._workers[0].open_store.remote(),
                                  timeout=start_timeout_s)
             trainable = [_whole(parameter) for parameter in model.trainable_parameters()]
             self.worker_pids: list[int] = ray.get(

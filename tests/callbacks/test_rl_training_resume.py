@@ -7,7 +7,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.conftest import PROJECT_ROOT, requires_embedded_model
+from tests.run_folders import process_command, run_in_new_process
 
 pytestmark = [pytest.mark.slow, requires_embedded_model]
 
@@ -53,11 +53,6 @@ assignment_config:
 """
 
 
-def command(config: Path) -> list[str]:
-    return [sys.executable, str(PROJECT_ROOT / "src" / "run_experiment.py"),
-            "--config_path", str(config), "--no_progress"]
-
-
 def final_adapter(output: Path) -> dict[str, torch.Tensor]:
     state = json.loads((output / "run_state.json").read_text())
     assert state["finished"]
@@ -73,10 +68,9 @@ def test_killed_run_resumes_to_the_same_adapter(tmp_path: Path, workers: int) ->
     for output in (straight, killed):
         (tmp_path / f"{output.name}.yaml").write_text(
             ASSIGNMENT.format(output=output, workers=workers))
-    subprocess.run(command(tmp_path / "straight.yaml"), cwd=PROJECT_ROOT, check=True,
-                   capture_output=True)
+    run_in_new_process(tmp_path / "straight.yaml")
 
-    process = subprocess.Popen(command(tmp_path / "killed.yaml"), cwd=PROJECT_ROOT,
+    process = subprocess.Popen(process_command(tmp_path / "killed.yaml"), cwd=PROJECT_ROOT,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while time.time() < deadline:
@@ -87,8 +81,7 @@ def test_killed_run_resumes_to_the_same_adapter(tmp_path: Path, workers: int) ->
     time.sleep(random.uniform(0.0, 2.0))  # anywhere in the next batch
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
-    subprocess.run(command(tmp_path / "killed.yaml"), cwd=PROJECT_ROOT, check=True,
-                   capture_output=True)
+    run_in_new_process(tmp_path / "killed.yaml")
 
     expected, resumed = final_adapter(straight), final_adapter(killed)
     assert expected.keys() == resumed.keys()

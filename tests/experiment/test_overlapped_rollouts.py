@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from src.configuration.errors import ConfigError
 from src.experiment.assembly import load_experiment_config, plan_experiment
 from tests.conftest import PROJECT_ROOT
+from tests.run_folders import process_command, run_in_new_process
 
 pytest.importorskip("ray")
 
@@ -92,16 +92,11 @@ def test_overlap_with_an_agent_that_learns_from_episodes_is_refused(
         _plan(config)
 
 
-def _command(config: Path) -> list[str]:
-    return [sys.executable, str(PROJECT_ROOT / "src" / "run_experiment.py"),
-            "--config_path", str(config), "--no_progress"]
-
-
 def test_overlapped_run_is_one_update_stale_and_resumes_without_loss_or_repeat(
         tmp_path: Path, tiny_model_path: Path) -> None:
     config, output = _write(tmp_path, tiny_model_path)
     log = (tmp_path / "first.log").open("w")
-    process = subprocess.Popen(_command(config), cwd=PROJECT_ROOT, stdout=log, stderr=log)
+    process = subprocess.Popen(process_command(config), cwd=PROJECT_ROOT, stdout=log, stderr=log)
     state_file = output / "run_state.json"
     deadline = time.time() + 240
     while time.time() < deadline and process.poll() is None:
@@ -113,9 +108,7 @@ def test_overlapped_run_is_one_update_stale_and_resumes_without_loss_or_repeat(
     killed_at = json.loads(state_file.read_text())["completed_batches"]
     assert 3 <= killed_at < 8, (tmp_path / "first.log").read_text()[-3000:]
 
-    resumed = subprocess.run(_command(config), cwd=PROJECT_ROOT, capture_output=True,
-                             text=True)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    run_in_new_process(config)
     assert json.loads(state_file.read_text())["finished"]
 
     rows = [json.loads(line) for line in (output / "runs.jsonl").read_text().splitlines()]

@@ -4,12 +4,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 from tests.conftest import PROJECT_ROOT
+from tests.run_folders import process_command, run_in_new_process
 
 ASSIGNMENT = """\
 assignment_config:
@@ -25,17 +25,12 @@ assignment_config:
 """
 
 
-def run_command(config: Path) -> list[str]:
-    return [sys.executable, str(PROJECT_ROOT / "src" / "run_experiment.py"),
-            "--config_path", str(config), "--no_progress"]
-
-
 def test_sigkill_mid_batch_then_rerun_logs_every_episode_once(tmp_path: Path) -> None:
     output = tmp_path / "run"
     config = tmp_path / "assignment.yaml"
     config.write_text(ASSIGNMENT.format(output=output))
     runs = output / "runs.jsonl"
-    process = subprocess.Popen(run_command(config), cwd=PROJECT_ROOT,
+    process = subprocess.Popen(process_command(config), cwd=PROJECT_ROOT,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60
     # Kill once at least one batch is committed and the next is in flight.
@@ -50,8 +45,7 @@ def test_sigkill_mid_batch_then_rerun_logs_every_episode_once(tmp_path: Path) ->
     state = json.loads((output / "run_state.json").read_text())
     assert not state["finished"], "the run ended before it could be killed; slow it down"
 
-    subprocess.run(run_command(config), cwd=PROJECT_ROOT, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_in_new_process(config)
     rows = [json.loads(line) for line in runs.read_text().splitlines()]
     counts = Counter((row["sample_id"], row["group_index"]) for row in rows)
     assert len(counts) == 24 * 2
@@ -64,8 +58,8 @@ def test_changed_config_is_refused_on_resume(tmp_path: Path) -> None:
     output = tmp_path / "run"
     config = tmp_path / "assignment.yaml"
     config.write_text(ASSIGNMENT.format(output=output).replace("num_train: 24", "num_train: 4"))
-    subprocess.run(run_command(config), cwd=PROJECT_ROOT, check=True, capture_output=True)
+    run_in_new_process(config)
     config.write_text(ASSIGNMENT.format(output=output).replace("num_train: 24", "num_train: 6"))
-    result = subprocess.run(run_command(config), cwd=PROJECT_ROOT, capture_output=True, text=True)
+    result = subprocess.run(process_command(config), cwd=PROJECT_ROOT, capture_output=True, text=True)
     assert result.returncode == 2
     assert "assignment_config.task.parameters.num_train" in result.stderr

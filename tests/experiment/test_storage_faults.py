@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PROJECT_ROOT
-from tests.experiment.test_resume_after_kill import ASSIGNMENT, run_command
+from tests.experiment.test_resume_after_kill import ASSIGNMENT
+from tests.run_folders import process_command, run_in_new_process
 
 NUM_TRAIN = 24
 GROUP_SIZE = 2
@@ -42,7 +43,7 @@ def small_filesystem(tmp_path: Path) -> Iterator[Path]:
 
 def start_and_wait_for_commits(config: Path, output: Path, batches: int
                                ) -> subprocess.Popen[str]:
-    process = subprocess.Popen(run_command(config), cwd=PROJECT_ROOT, text=True,
+    process = subprocess.Popen(process_command(config), cwd=PROJECT_ROOT, text=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 120
     state_file = output / "run_state.json"
@@ -86,7 +87,7 @@ def assert_refused_then_resumed(process: subprocess.Popen[str], config: Path, ou
     assert len(committed_rows) == state["completed_batches"] * 4 * GROUP_SIZE
 
     make_writable()
-    subprocess.run(run_command(config), cwd=PROJECT_ROOT, check=True, capture_output=True)
+    run_in_new_process(config)
     rows = [json.loads(line) for line in (output / "runs.jsonl").read_text().splitlines()]
     assert [json.dumps(row).encode() for row in rows[:len(committed_rows)]] == [
         json.dumps(json.loads(row)).encode() for row in committed_rows]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from src.experiment.rollout import roll_out_lockstep
 from src.records.episode import Episode, EpisodeStatus
 from tests.conftest import PROJECT_ROOT
 from tests.experiment.flaky_math_task import FlakyMathTask
+from tests.run_folders import process_command
 
 
 def roll_out(task: FlakyMathTask, agent: OracleAgent, faults: FaultPolicy) -> list[Episode]:
@@ -87,10 +87,8 @@ def run(tmp_path: Path, rate: float) -> tuple[subprocess.CompletedProcess[str], 
     output = tmp_path / f"rate-{rate}"
     config = tmp_path / f"rate-{rate}.yaml"
     config.write_text(ASSIGNMENT.format(output=output, rate=rate))
-    result = subprocess.run(
-        [sys.executable, str(PROJECT_ROOT / "src" / "run_experiment.py"), "--config_path",
-         str(config), "--no_progress"], cwd=PROJECT_ROOT, capture_output=True, text=True,
-        timeout=300)
+    result = subprocess.run(process_command(config), cwd=PROJECT_ROOT, capture_output=True,
+                            text=True, timeout=300)
     return result, output
 
 

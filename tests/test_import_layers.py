@@ -15,7 +15,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src"
 
 # Higher imports lower; a package never imports one of the same or a higher rank.
 LAYERS: dict[str, int] = {
-    "run_experiment": 8,  # entry
+    "run_experiment": 8, "evaluate": 8,  # entry points
     "offline_training": 7,  # a pipeline over the online one's run folder
     "supervised_training": 7,  # the supervised stage, over the same run folder
     "report": 6, "export": 6,  # read run folders: curves and end-of-run lines; exports
@@ -58,6 +58,19 @@ def graph() -> dict[str, set[str]]:
 
 def package(module: str) -> str:
     return module.split(".")[1]
+
+
+def test_the_product_never_imports_the_lab_area() -> None:
+    """`experiments/` holds one-study tools over the product; the product never needs them."""
+    found = []
+    for path in sorted(SOURCE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [])
+            found += [f"{module_name(path)} -> {name}" for name in names
+                      if name.split(".")[0] in ("experiments", "tests")]
+    assert found == []
 
 
 def test_every_package_has_a_layer() -> None:

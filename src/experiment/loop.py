@@ -3,32 +3,30 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import random
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm import tqdm
 
 from src.agents.agent import Agent
-from src.callbacks.callback import BatchContext, Callback
-from src.configuration.assignment import AssignmentConfig, FaultPolicy
+from src.callbacks.callback import BatchContext
+from src.configuration.assignment import AssignmentConfig
 from src.experiment.assembly import Components
 from src.experiment.dynamic_sampling import fill_batch_with_spread
+from src.experiment.evaluation import Evaluator, task_metrics
 from src.experiment.metrics import MetricsLog, episode_statistics, summarize
-from src.experiment.rollout import roll_out_lockstep
+from src.experiment.rollout import episode_seed, roll_out_seeded
 from src.experiment.run_directory import RunDirectory, RunState
 from src.experiment.worker_thread import WorkerThread
 from src.records.episode import Episode, EpisodeRecord, Sample
 from src.storage.files import (
     JsonlLog,
-    atomic_write_text,
 )
 from src.tasks.task import Task
 
@@ -65,80 +63,14 @@ class Schedule:
         return cls(batches)
 
 
-def _episode_seed(random_seed: int, batch_index: int, slot: int) -> int:
-    return (random_seed * 1_000_003 + batch_index * 10_007 + slot) % (2**31)
-
-
-def _roll_out(samples: Sequence[tuple[Sample, int]], task: Task[Any], agent: Agent,
-              batch_index: int, random_seed: int, faults: FaultPolicy,
-              callbacks: Sequence[Callback] = (), first_slot: int = 0) -> list[Episode]:
-    """Roll out (sample, group_index) pairs together, each episode seeded by its slot."""
-    seeds = [_episode_seed(random_seed, batch_index, slot)
-             for slot in range(first_slot, first_slot + len(samples))]
-    return roll_out_lockstep(samples, task, agent, batch_index, seeds, callbacks, faults)
-
-
-def task_metrics(records: Sequence[EpisodeRecord], prefix: str) -> dict[str, float]:
-    """Means of the numeric `metric/...` entries tasks put in episode info."""
-    sums: dict[str, list[float]] = {}
-    for record in records:
-        for key, value in record.info.items():
-            if key.startswith("metric/") and isinstance(value, int | float):
-                sums.setdefault(prefix + key.removeprefix("metric/"), []).append(float(value))
-    return {key: sum(values) / len(values) for key, values in sums.items()}
-
-
-# Metric prefixes of the held-out splits; "eval/" is the validation split's, as it always was.
-EVALUATION_PREFIXES = {"validation": "eval/", "selection": "selection/"}
-
-
-def evaluation_file(output_dir: Path, step: int, split: str = "validation") -> Path:
-    """Where an evaluation's episodes go: evaluation/step-N.jsonl for the validation split,
-    evaluation/<split>/step-N.jsonl for another."""
-    folder = output_dir / "evaluation"
-    return (folder if split == "validation" else folder / split) / f"step-{step:06d}.jsonl"
-
-
-def evaluate_on_validation(task: Task[Any], agent: Agent,
-                           max_samples: int | None, temperature: float, chunk: int,
-                           random_seed: int, step: int, output_dir: Path,
-                           faults: FaultPolicy | None = None,
-                           split: str = "validation") -> dict[str, float]:
-    """Roll out the first `max_samples` samples of a held-out split once each, `chunk`
-    episodes at a time, at `temperature`; write them to `evaluation_file` and return their
-    statistics under the split's prefix ({} when the task has no samples in that split).
-    Every split draws the same episode seeds: the splits differ only in their samples.
-    """
-    ids = list(task.sample_ids(split))[:max_samples]
-    if not ids:
-        return {}
-    records: list[EpisodeRecord] = []
-    with agent.evaluating(temperature):
-        for start in range(0, len(ids), chunk):
-            torch.manual_seed(_episode_seed(random_seed, -1 - step, start))
-            pairs = [(task.get_sample(i), 0) for i in ids[start:start + chunk]]
-            episodes = _roll_out(pairs, task, agent, step, random_seed,
-                                 faults or FaultPolicy())
-            records += [episode.to_record() for episode in episodes]
-    # Every evaluation episode, for statistics beyond the logged means (spreads, tables).
-    atomic_write_text(evaluation_file(output_dir, step, split), "".join(
-        json.dumps(record.model_dump(mode="json")) + "\n" for record in records))
-    prefix = EVALUATION_PREFIXES[split]
-    stats = episode_statistics(records, prefix=prefix)
-    stats.update(task_metrics(records, prefix))
-    return stats
-
-
-def evaluate_splits(task: Task[Any], agent: Agent, splits: Sequence[str],
-                    max_samples: int | None, temperature: float, chunk: int,
-                    random_seed: int, step: int, output_dir: Path,
-                    faults: FaultPolicy | None = None) -> dict[str, float]:
-    """`evaluate_on_validation` on each held-out split in turn, their figures together."""
-    stats: dict[str, float] = {}
-    for split in splits:
-        stats.update(evaluate_on_validation(task, agent, max_samples, temperature, chunk,
-                                            random_seed, step, output_dir, faults, split))
-    return stats
+def assignment_evaluator(assignment: AssignmentConfig, task: Task[Any],
+                         agent: Agent) -> Evaluator:
+    """The evaluator an assignment's `evaluation` settings describe."""
+    rollout, evaluation = assignment.rollout, assignment.evaluation
+    return Evaluator(task, agent, evaluation.splits, evaluation.max_samples,
+                     evaluation.temperature,
+                     evaluation.batch_size or rollout.batch_size * rollout.group_size,
+                     assignment.random_seed, rollout.faults)
 
 
 class ExperimentLoop:
@@ -158,15 +90,16 @@ class ExperimentLoop:
                 f"but the task {type(self.task).__name__} keeps a memory learnt from episodes, "
                 "which the batch sampled ahead would reach before that batch is committed; "
                 "use max_staleness 0 with it (or turn its memory off)")
+        self.evaluator = assignment_evaluator(assignment, self.task, components.agent)
 
     # ---- episodes ------------------------------------------------------------------
     def run_episodes(self, samples: Sequence[tuple[Sample, int]], batch_index: int,
                      notify_callbacks: bool = True, first_slot: int = 0) -> list[Episode]:
         """Roll out (sample, group_index) pairs together until every episode ends."""
         callbacks = list(self.components.callbacks.values()) if notify_callbacks else []
-        return _roll_out(samples, self.task, self.components.agent, batch_index,
-                         self.assignment.random_seed, self.assignment.rollout.faults,
-                         callbacks, first_slot)
+        return roll_out_seeded(samples, self.task, self.components.agent, batch_index,
+                               self.assignment.random_seed, self.assignment.rollout.faults,
+                               callbacks, first_slot)
 
     def roll_out_batch(self, sample_ids: Sequence[str], batch_index: int, attempt: int = 0
                        ) -> tuple[list[Episode], list[Episode], dict[str, float]]:
@@ -206,8 +139,8 @@ class ExperimentLoop:
         faults = self.assignment.rollout.faults
         started = time.perf_counter()
         for attempt in range(2):
-            torch.manual_seed(_episode_seed(self.assignment.random_seed, batch_index,
-                                            attempt * RETRY_SLOTS))
+            torch.manual_seed(episode_seed(self.assignment.random_seed, batch_index,
+                                           attempt * RETRY_SLOTS))
             episodes, trained, metrics = self.roll_out_batch(sample_ids, batch_index, attempt)
             failed_share = sum(e.status.failed for e in episodes) / len(episodes)
             if failed_share <= faults.max_failed_share:
@@ -241,13 +174,7 @@ class ExperimentLoop:
         """Each of `evaluation.splits`; the callbacks see the figures (a best checkpoint may
         be chosen by one) before the batch's state is saved."""
         self._serve_latest_policy()  # whatever a pool's max_staleness: step `step`'s policy
-        rollout, evaluation = self.assignment.rollout, self.assignment.evaluation
-        stats = evaluate_splits(self.task, self.components.agent, evaluation.splits,
-                                evaluation.max_samples, evaluation.temperature,
-                                evaluation.batch_size
-                                or rollout.batch_size * rollout.group_size,
-                                self.assignment.random_seed, step, self.run.path,
-                                rollout.faults)
+        stats = self.evaluator.evaluate(step, self.run.path)
         if stats:
             self.metrics.log(step, stats)
             for callback in self.components.callbacks.values():

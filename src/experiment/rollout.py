@@ -50,6 +50,21 @@ class _EnvironmentThread:
             self._worker.stop()
 
 
+def episode_seed(random_seed: int, batch_index: int, slot: int) -> int:
+    """The seed of the episode in `slot` of batch `batch_index` (an evaluation at step N
+    uses batch index -1 - N), so that a redone batch draws the same episodes."""
+    return (random_seed * 1_000_003 + batch_index * 10_007 + slot) % (2**31)
+
+
+def roll_out_seeded(samples: Sequence[tuple[Sample, int]], task: Task[Any], agent: Agent,
+                    batch_index: int, random_seed: int, faults: FaultPolicy,
+                    callbacks: Sequence[Callback] = (), first_slot: int = 0) -> list[Episode]:
+    """`roll_out_lockstep` of (sample, group_index) pairs, each episode seeded by its slot."""
+    seeds = [episode_seed(random_seed, batch_index, slot)
+             for slot in range(first_slot, first_slot + len(samples))]
+    return roll_out_lockstep(samples, task, agent, batch_index, seeds, callbacks, faults)
+
+
 def roll_out_lockstep(samples: Sequence[tuple[Sample, int]], task: Task[Any], agent: Agent,
                       batch_index: int, seeds: Sequence[int],
                       callbacks: Sequence[Callback] = (),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -10,7 +11,7 @@ from pathlib import Path
 import torch
 
 from src.experiment.assembly import instantiate
-from src.experiment.loop import evaluate_on_validation
+from src.experiment.evaluation import Evaluator
 from src.experiment.run_directory import (
     RunDirectory,
     RunNotFound,
@@ -106,10 +107,6 @@ def _validation(plan: OfflineTrainingPlan, language_model: TrainableLanguageMode
     models = {offline.language_model.name: language_model}
     agent = instantiate(plan.agent, models)
     task: Task = instantiate(plan.task, models)
-
-    def evaluate(step: int) -> dict[str, float]:
-        return evaluate_on_validation(task, agent, evaluation.max_samples,
-                                      evaluation.temperature, evaluation.batch_size,
-                                      offline.random_seed, step, output_dir)
-
-    return evaluate, [task]
+    evaluator = Evaluator(task, agent, ["validation"], evaluation.max_samples,
+                          evaluation.temperature, evaluation.batch_size, offline.random_seed)
+    return functools.partial(evaluator.evaluate, output_dir=output_dir), [task]

@@ -21,10 +21,17 @@ def success_with_interval(successes: int, trials: int) -> str:
             f"{100 * interval.high:.1f}] ({successes}/{trials})")
 
 
-def describe_success(row: dict[str, float]) -> str:
-    trials = int(row[EPISODES])
-    return (f"{success_with_interval(round(row[SUCCESS] * trials), trials)} "
+def describe_success(row: dict[str, float], prefix: str = "eval/") -> str:
+    trials = int(row[f"{prefix}episodes"])
+    return (f"{success_with_interval(round(row[f'{prefix}success_rate'] * trials), trials)} "
             f"at step {int(row['step'])}")
+
+
+def evaluation_line(row: dict[str, float], split: str = "validation") -> str:
+    """One evaluation's success with its interval, as a run's last lines print it."""
+    prefix = "eval/" if split == "validation" else f"{split}/"
+    return (f"evaluation ({split} split, success, 95% Wilson interval): "
+            f"{describe_success(row, prefix)}")
 
 
 def end_of_run_report(output_dir: Path) -> str:

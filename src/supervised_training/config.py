@@ -12,7 +12,7 @@ from src.agents.agent import Agent
 from src.configuration.assignment import ComponentConfig, EvaluationSplits, StrictModel
 from src.configuration.yaml_source import YamlSource, declares_top_level_key, validate_keyed
 from src.experiment.assembly import ComponentPlan, check_selection_split, plan_component
-from src.experiment.loop import EVALUATION_PREFIXES
+from src.experiment.evaluation import EVALUATION_PREFIXES
 from src.language_models.language_model import TrainableLanguageModel
 from src.records.episode import Outcome
 from src.tasks.task import Task

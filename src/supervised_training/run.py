@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
@@ -11,7 +12,7 @@ from typing import Any
 import torch
 
 from src.experiment.assembly import instantiate
-from src.experiment.loop import evaluate_splits
+from src.experiment.evaluation import Evaluator
 from src.experiment.run_directory import (
     RunDirectory,
     RunNotFound,
@@ -81,15 +82,14 @@ def train(plan: SupervisedTrainingPlan, run: RunDirectory, state: RunState,
                                   getattr(agent, "system_prompt", None))
         evaluation = supervised.evaluation
 
-        def evaluate(step: int) -> dict[str, float]:
-            assert evaluation is not None
-            return evaluate_splits(task, agent, evaluation.splits, evaluation.max_samples,
-                                   evaluation.temperature, evaluation.batch_size,
-                                   supervised.random_seed, step, run.path)
-
-        trainer = SupervisedTrainer(supervised, language_model, rows, run.path,
-                                    evaluate if evaluation is not None else None,
-                                    show_progress)
+        evaluator = None if evaluation is None else Evaluator(
+            task, agent, evaluation.splits, evaluation.max_samples, evaluation.temperature,
+            evaluation.batch_size, supervised.random_seed)
+        trainer = SupervisedTrainer(
+            supervised, language_model, rows, run.path,
+            None if evaluator is None else functools.partial(evaluator.evaluate,
+                                                             output_dir=run.path),
+            show_progress)
         return trainer.train(run, state)
     finally:
         task.close()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from src.agents.instance.lora_rl_agent import LoRARLAgent
-from src.experiment.loop import task_metrics
+from src.experiment.evaluation import task_metrics
 from src.language_models.chat_template import (
     TemplateError,
     demonstration_ids,

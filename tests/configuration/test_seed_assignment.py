@@ -1,6 +1,6 @@
-"""Seed 003's example assignment runs as its guide writes it, and the shapes it uses
-(module files, nested components, `random_seed`, an implied language model) each work
-and fail with a clear message."""
+"""The example assignment (`configs/assignments/rl_training_example.yaml`) runs as its guide
+writes it, and the shapes it uses (module files, nested components, `random_seed`, an
+implied language model) each work and fail with a clear message."""
 
 from __future__ import annotations
 

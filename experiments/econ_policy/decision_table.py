@@ -1,6 +1,6 @@
-"""The seed's table for an econ run, from its evaluation episodes (held-out states).
+"""The decision table for an econ run, from its evaluation episodes (held-out states).
 
-python -m src.tasks.instance.econ.decision_table OUTPUT_DIR [--every] [--against_rule [--by_work]]
+python -m experiments.econ_policy.decision_table OUTPUT_DIR [--every] [--against_rule [--by_work]]
 
 For the first and the last evaluation (with --every, or when there is one, for each one)
 (`evaluation/step-NNNNNN.jsonl`): JSON parse success, share of -1.0 rewards, std of the
@@ -28,8 +28,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from experiments.econ_policy.headroom import task_from_config
 from src.maths.intervals import mean_with_interval
-from src.tasks.instance.econ.headroom import task_from_config
 from src.tasks.instance.econ.rule_policy import rule_decisions
 from src.tasks.instance.econ.task import FORMAT_FAILURE_REWARD, EconDecisionTask
 

@@ -1,4 +1,4 @@
-"""The seed's table, computed from evaluation episodes."""
+"""The econ decision table, computed from evaluation episodes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from src.tasks.instance.econ.decision_table import (
+from experiments.econ_policy.decision_table import (
     DecisionBesideRule,
     decision_statistics,
     decision_table,

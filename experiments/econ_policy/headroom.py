@@ -1,6 +1,6 @@
 """How much room the rule policy leaves: the best decision on the grid, in hindsight.
 
-python -m src.tasks.instance.econ.headroom CONFIG_YAML [--split validation]
+python -m experiments.econ_policy.headroom CONFIG_YAML [--split validation]
 
 The rule policy (`rule_policy`) expects this month's price to hold, goods not to run short
 and the redistribution to repeat; the reward steps the month as simulated. For each sample
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.task_config import task_parameters_from_config
 from src.maths.intervals import mean_with_interval
 from src.records.episode import Sample
 from src.tasks.instance.econ.planner import best_grid_reply, grid_rewards, reward_on_grid
@@ -34,7 +35,6 @@ from src.tasks.instance.econ.reply_parser import GRID_STEPS
 from src.tasks.instance.econ.rule_policy import rule_decisions
 from src.tasks.instance.econ.simulation import Decisions, month_draws
 from src.tasks.instance.econ.task import EconDecisionTask
-from src.tasks.task_config import task_parameters_from_config
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Held-out DB-bench problems that repeat a train problem's query, and the success on each side.
 
-python -m src.report.db_bench_train_overlap CONFIG_YAML LABEL=EVALUATION_JSONL [...]
+python -m experiments.db_bench_learning.train_overlap CONFIG_YAML LABEL=EVALUATION_JSONL [...]
 
 The procedural generator draws both splits from the same query templates, table names
 and columns, so a validation problem can ask the very query of a train problem over
@@ -21,10 +21,10 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+from experiments.task_config import task_parameters_from_config
 from src.records.episode import EpisodeRecord, Sample
 from src.report.evaluation_table import labelled_files, read_runs, success_table
 from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill
-from src.tasks.task_config import task_parameters_from_config
 
 
 def query(sample: Sample) -> str:

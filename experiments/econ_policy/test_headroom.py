@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from src.tasks.instance.econ.headroom import sample_headroom, task_from_config
+from experiments.econ_policy.headroom import sample_headroom, task_from_config
 from src.tasks.instance.econ.reply_parser import Decision
 from src.tasks.instance.econ.task import EconDecisionTask
 from tests.tasks.econ.test_task import SMALL, run

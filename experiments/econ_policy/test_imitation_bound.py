@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from src.tasks.instance.econ.headroom import month_reward_grid, sample_headroom
-from src.tasks.instance.econ.imitation_bound import (
+from experiments.econ_policy.headroom import month_reward_grid, sample_headroom
+from experiments.econ_policy.imitation_bound import (
     StateRecord,
     gains_over_rule,
     nearest_neighbour_replies,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from experiments.db_bench_learning.stopping_step import chosen_step, stopping_step_table
 from src.records.chat import ChatMessage
 from src.records.episode import EpisodeRecord
-from src.report.stopping_step import chosen_step, stopping_step_table
 
 
 def write(path: Path, wins: int, total: int) -> None:

@@ -1,6 +1,6 @@
 """The stopping step chosen on the selection split, and the validation figure it stands for:
 
-    python -m src.report.stopping_step OUTPUT_DIR
+    python -m experiments.db_bench_learning.stopping_step OUTPUT_DIR
 
 For a run that evaluated both held-out splits (`evaluation.splits: [selection,
 validation]`), prints a markdown table with a row per evaluated step: success on the
@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from src.experiment.loop import evaluation_file
+from src.experiment.evaluation import evaluation_file
 from src.records.episode import EpisodeRecord, count_successes
 from src.report.run_end import success_with_interval
 from src.storage.files import read_validated_json_lines

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.econ_policy.simulate import main as simulate_main
 from src.tasks.instance.econ.baseline_run import rule_economy_states
 from src.tasks.instance.econ.population import sample_population
-from src.tasks.instance.econ.simulate import main as simulate_main
 from src.tasks.instance.econ.simulation import month_draws
 from src.tasks.instance.econ.utility import UtilityParameters
 

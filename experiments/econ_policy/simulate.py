@@ -1,6 +1,6 @@
 """A full run of the rule-policy economy: yearly unemployment, inflation and GDP growth.
 
-    python -m src.tasks.instance.econ.simulate --months 240 --out DIR
+    python -m experiments.econ_policy.simulate --months 240 --out DIR
 
 writes DIR/yearly.jsonl (one `YearRecord` a line) and DIR/macro_indicators.png.
 """

@@ -1,6 +1,6 @@
 """How much of the planner's gain the prompt's figures can carry: a nearest-neighbour student.
 
-python -m src.tasks.instance.econ.imitation_bound CONFIG_YAML [--neighbours 10]
+python -m experiments.econ_policy.imitation_bound CONFIG_YAML [--neighbours 10]
 
 A model trained on the planner's decisions (`oracle_policy: planner`) sees only its prompt.
 This fits the simplest student of the same demonstrations: for each validation state, the k
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.econ_policy.headroom import month_reward_grid, sample_household, task_from_config
 from src.maths.intervals import mean_with_interval
 from src.records.episode import Sample
-from src.tasks.instance.econ.headroom import month_reward_grid, sample_household, task_from_config
 from src.tasks.instance.econ.outlook import market_outlook
 from src.tasks.instance.econ.planner import reward_on_grid
 from src.tasks.instance.econ.prompt import cash_on_hand

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from src.report.db_bench_train_overlap import (
+from experiments.db_bench_learning.train_overlap import (
     overlap_table,
     query,
     validation_ids_with_a_train_query,

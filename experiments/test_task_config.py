@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from src.tasks.task_config import task_parameters_from_config
+from experiments.task_config import task_parameters_from_config
 from tests.conftest import PROJECT_ROOT
 
 

@@ -1,0 +1,290 @@
+"""Evaluate a run's checkpoint: python -m src.evaluate OUTPUT_DIR [--checkpoint best] [...]
+
+Rebuilds the run's task, agent and model from OUTPUT_DIR/config.yaml (an RL assignment, a
+supervised stage or offline groups), loads the checkpoint's adapter (and the task's and
+agent's state at that step, where the run kept one) and evaluates it as the run does, with
+the same seeds: on the run's own settings it reproduces the run's evaluation file for that
+step reply for reply. `--task KEY=VALUE` changes task parameters (another seed, another
+state set; dotted keys reach nested ones), `--split`, `--max_samples` and `--temperature`
+the evaluation. Writes TARGET_DIR/config.yaml (what was evaluated),
+TARGET_DIR/evaluation/[SPLIT/]step-N.jsonl and TARGET_DIR/metrics.jsonl, and prints the
+figures with 95% Wilson intervals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `import src...` work from anywhere
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+import yaml  # noqa: E402
+
+from src.agents.agent import Agent  # noqa: E402
+from src.configuration.errors import ConfigError  # noqa: E402
+from src.configuration.yaml_source import YamlSource  # noqa: E402
+from src.experiment.assembly import instantiate, load_experiment_config, plan_experiment  # noqa: E402
+from src.experiment.evaluation import EVALUATION_PREFIXES, Evaluator  # noqa: E402
+from src.experiment.loop import assignment_evaluator  # noqa: E402
+from src.experiment.run_directory import CONFIG_FILE, RunDirectory  # noqa: E402
+from src.export.checkpoint_export import ExportError, find_adapter  # noqa: E402
+from src.language_models.language_model import LanguageModel, TrainableLanguageModel  # noqa: E402
+from src.offline_training.config import (  # noqa: E402
+    OFFLINE_TRAINING_KEY,
+    load_offline_config,
+    plan_offline_training,
+)
+from src.report.run_end import evaluation_line  # noqa: E402
+from src.storage.files import atomic_write_json, atomic_write_text  # noqa: E402
+from src.supervised_training.config import (  # noqa: E402
+    SUPERVISED_TRAINING_KEY,
+    load_supervised_config,
+    plan_supervised_training,
+)
+from src.tasks.task import Task  # noqa: E402
+from src.training.checkpoints import BEST, BEST_MARK, TRAINING_STEP  # noqa: E402
+
+ASSIGNMENT_KEY = "assignment_config"
+START = "start"
+
+
+@dataclass
+class Built:
+    """What an evaluation needs of a run, built from its config."""
+
+    evaluator: Evaluator
+    policy: TrainableLanguageModel  # the model whose checkpoints the run saved
+    language_models: list[LanguageModel]
+    # task and agent state the run checkpointed beside the adapter: store folder -> owner
+    stateful: dict[str, Any] = field(default_factory=dict)
+
+
+def _only_trainable(models: dict[str, LanguageModel]) -> TrainableLanguageModel:
+    trainable = [model for model in models.values() if isinstance(model, TrainableLanguageModel)]
+    if len(trainable) != 1:
+        raise ConfigError(f"the run has {len(trainable)} trainable language models; "
+                          "evaluate needs exactly one")
+    return trainable[0]
+
+
+def _build_assignment(path: Path) -> Built:
+    config, source = load_experiment_config(path)
+    plan = plan_experiment(config, source)
+    assignment = config.assignment_config
+    torch.manual_seed(assignment.random_seed)  # as the run built its models
+    models: dict[str, LanguageModel] = {}
+    for name, language_model_plan in plan.language_models.items():
+        models[name] = instantiate(language_model_plan, models)
+    agent: Agent = instantiate(plan.agent, models)
+    task: Task[Any] = instantiate(plan.task, models)
+    stateful: dict[str, Any] = {"task_state": task}
+    if agent.has_state:
+        stateful["agent_state"] = agent
+    return Built(assignment_evaluator(assignment, task, agent), _only_trainable(models),
+                 list(models.values()), stateful)
+
+
+def _build_supervised(path: Path) -> Built:
+    source = YamlSource(path)
+    plan = plan_supervised_training(load_supervised_config(source), source)
+    supervised = plan.config.supervised_training_config
+    if supervised.evaluation is None:
+        raise ConfigError(f"{path}: the run has no evaluation settings (evaluation: null)")
+    torch.manual_seed(supervised.random_seed)
+    policy = instantiate(plan.language_model, {})
+    models = {supervised.language_model.name: policy}
+    task: Task[Any] = instantiate(plan.task, models)
+    agent: Agent = instantiate(plan.agent, models)
+    evaluation = supervised.evaluation
+    return Built(Evaluator(task, agent, evaluation.splits, evaluation.max_samples,
+                           evaluation.temperature, evaluation.batch_size,
+                           supervised.random_seed), policy, [policy])
+
+
+def _build_offline(path: Path) -> Built:
+    source = YamlSource(path)
+    plan = plan_offline_training(load_offline_config(source), source)
+    offline = plan.config.offline_training_config
+    if offline.evaluation is None or plan.task is None or plan.agent is None:
+        raise ConfigError(f"{path}: the run has no evaluation settings (evaluation: null)")
+    torch.manual_seed(offline.random_seed)
+    policy = instantiate(plan.language_model, {})
+    models = {offline.language_model.name: policy}
+    task: Task[Any] = instantiate(plan.task, models)
+    agent: Agent = instantiate(plan.agent, models)
+    evaluation = offline.evaluation
+    return Built(Evaluator(task, agent, ["validation"], evaluation.max_samples,
+                           evaluation.temperature, evaluation.batch_size,
+                           offline.random_seed), policy, [policy])
+
+
+# Each kind of run: how to build it, and where its task and evaluation settings are.
+KINDS: dict[str, tuple[Callable[[Path], Built], tuple[str, ...], tuple[str, ...]]] = {
+    ASSIGNMENT_KEY: (_build_assignment, ("task",), ("evaluation",)),
+    SUPERVISED_TRAINING_KEY: (_build_supervised, ("task",), ("evaluation",)),
+    OFFLINE_TRAINING_KEY: (_build_offline, ("evaluation", "task"), ("evaluation",)),
+}
+
+
+def _parse_assignment(text: str) -> tuple[list[str], Any]:
+    key, separator, value = text.partition("=")
+    if not separator or not key:
+        raise ConfigError(f"--task {text!r}: expected KEY=VALUE (for example seed=7)")
+    return key.split("."), yaml.safe_load(value)
+
+
+def _section(config: dict[str, Any], path: Sequence[str], what: str) -> dict[str, Any]:
+    section: Any = config
+    for key in path:
+        section = section.get(key) if isinstance(section, dict) else None
+    if not isinstance(section, dict):
+        raise ConfigError(f"the run's {CONFIG_FILE} has no {what} ({'.'.join(path)})")
+    return section
+
+
+def evaluated_config(run_config: dict[str, Any], target_dir: Path,
+                     task_changes: Sequence[str], evaluation_changes: dict[str, Any]
+                     ) -> tuple[str, dict[str, Any]]:
+    """The run's config with the task and evaluation changes applied and its output_dir
+    set to `target_dir`; and which kind of run it is."""
+    kinds = [key for key in KINDS if key in run_config]
+    if len(kinds) != 1:
+        raise ConfigError(f"the run's {CONFIG_FILE} is none of {', '.join(KINDS)}")
+    kind = kinds[0]
+    _, task_path, evaluation_path = KINDS[kind]
+    section = run_config[kind]
+    section["output_dir"] = str(target_dir)
+    parameters = _section(section, task_path, "task")
+    if parameters.get("parameters") is None:
+        parameters["parameters"] = {}
+    for text in task_changes:
+        keys, value = _parse_assignment(text)
+        place = parameters["parameters"]
+        for key in keys[:-1]:
+            place = place.setdefault(key, {})
+            if not isinstance(place, dict):
+                raise ConfigError(f"--task {text!r}: {key} is not a mapping")
+        place[keys[-1]] = value
+    evaluation = _section(section, evaluation_path, "evaluation settings")
+    for key, value in evaluation_changes.items():
+        if key not in evaluation:
+            raise ConfigError(f"this kind of run ({kind}) has no evaluation.{key} to change")
+        evaluation[key] = value
+    return kind, run_config
+
+
+def checkpoint_step(output_dir: Path, checkpoint: str, callback: str | None
+                    ) -> tuple[int, Path | None, int]:
+    """(step, adapter folder, policy version) of `checkpoint`: best, latest, a committed
+    step, or start (step 0: the model as the config builds it, no checkpoint loaded)."""
+    if checkpoint == START:
+        return 0, None, 0
+    found = find_adapter(output_dir, checkpoint, callback)
+    folder = found.path.parent
+    saved = json.loads((folder / TRAINING_STEP).read_text(encoding="utf-8"))
+    if found.checkpoint == BEST:
+        record = json.loads((found.store / BEST / BEST_MARK).read_text(encoding="utf-8"))
+        step = int(record.get("step", record.get("epoch", -1)))
+        if step < 0:
+            raise ExportError(f"{found.store / BEST / BEST_MARK} names no step")
+    else:
+        step = int(found.checkpoint)
+    return step, found.path, int(saved["policy_version"])
+
+
+def evaluate(output_dir: Path, target_dir: Path, checkpoint: str = "best",
+             callback: str | None = None, task_changes: Sequence[str] = (),
+             evaluation_changes: dict[str, Any] | None = None) -> dict[str, float]:
+    """Evaluate `checkpoint` of the run in `output_dir` into `target_dir`; its figures."""
+    run_config = RunDirectory(output_dir).stored_config()
+    if not run_config:
+        raise ConfigError(f"{output_dir} is not a run folder (no {CONFIG_FILE})")
+    step, adapter, version = checkpoint_step(output_dir, checkpoint, callback)
+    kind, config = evaluated_config(run_config, target_dir, task_changes,
+                                    evaluation_changes or {})
+    config_path = target_dir / CONFIG_FILE
+    atomic_write_text(config_path, yaml.safe_dump(config, sort_keys=False))
+    built = KINDS[kind][0](config_path)
+    try:
+        if adapter is not None:
+            built.policy.load_adapter(adapter, version)
+        for store, owner in built.stateful.items():
+            folder = RunDirectory(output_dir).path / store / f"checkpoint-{step:06d}"
+            if folder.is_dir():
+                owner.restore_state(folder)
+            elif step > 0 and _keeps_state(owner):
+                raise ExportError(f"{folder} is missing: the run pruned the {store} of step "
+                                  f"{step}, which this evaluation needs")
+        for language_model in built.language_models:
+            language_model.serve_latest_policy()
+        stats = built.evaluator.evaluate(step, target_dir)
+    finally:
+        built.evaluator.task.close()
+        for language_model in built.language_models:
+            language_model.close()
+    atomic_write_text(target_dir / "metrics.jsonl", json.dumps({"step": step, **stats}) + "\n")
+    atomic_write_json(target_dir / "evaluated.json", {
+        "run": str(output_dir), "checkpoint": checkpoint, "step": step,
+        "adapter": None if adapter is None else str(adapter), "policy_version": version,
+        "task_changes": list(task_changes), "evaluation_changes": evaluation_changes or {}})
+    return {"step": step, **stats}
+
+
+def _keeps_state(owner: Any) -> bool:
+    return bool(getattr(owner, "learns_from_episodes", False) or getattr(owner, "has_state",
+                                                                          False))
+
+
+def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("output_dir", type=Path, metavar="OUTPUT_DIR", help="a run folder")
+    parser.add_argument("--checkpoint", default="best",
+                        help="best (default), latest, a committed step, or start (step 0)")
+    parser.add_argument("--callback", default=None,
+                        help="the callback whose checkpoints to use, when a run has several")
+    parser.add_argument("--target_dir", type=Path, default=None,
+                        help="where to write (default OUTPUT_DIR/evaluations/CHECKPOINT)")
+    parser.add_argument("--task", action="append", default=[], metavar="KEY=VALUE",
+                        help="change a task parameter (repeatable; VALUE is read as YAML)")
+    parser.add_argument("--split", action="append", default=None, dest="splits",
+                        choices=sorted(EVALUATION_PREFIXES),
+                        help="the held-out split (repeatable; default: the run's)")
+    parser.add_argument("--max_samples", type=int, default=None)
+    parser.add_argument("--temperature", type=float, default=None)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Exit status: 0 done, 2 a config error or a checkpoint the run does not hold."""
+    arguments = parse_arguments(argv)
+    changes = {key: value for key, value in (("splits", arguments.splits),
+                                             ("max_samples", arguments.max_samples),
+                                             ("temperature", arguments.temperature))
+               if value is not None}
+    target_dir = arguments.target_dir or (
+        arguments.output_dir / "evaluations" / "_".join(
+            [arguments.checkpoint, *(text.replace("/", "-") for text in arguments.task)]))
+    try:
+        row = evaluate(arguments.output_dir, target_dir, arguments.checkpoint,
+                       arguments.callback, arguments.task, changes)
+    except (ConfigError, ExportError) as error:
+        print(f"evaluate error: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(row, indent=2))
+    for split, prefix in EVALUATION_PREFIXES.items():
+        if f"{prefix}episodes" in row:
+            print(evaluation_line(row, split))
+    print(f"episodes: {target_dir / 'evaluation'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

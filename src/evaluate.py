@@ -49,7 +49,12 @@ from src.supervised_training.config import (  # noqa: E402
     plan_supervised_training,
 )
 from src.tasks.task import Task  # noqa: E402
-from src.training.checkpoints import BEST, BEST_MARK, TRAINING_STEP  # noqa: E402
+from src.training.checkpoints import (  # noqa: E402
+    BEST,
+    BEST_MARK,
+    TRAINING_STEP,
+    CheckpointStore,
+)
 
 ASSIGNMENT_KEY = "assignment_config"
 START = "start"
@@ -187,15 +192,21 @@ def checkpoint_step(output_dir: Path, checkpoint: str, callback: str | None
     if checkpoint == START:
         return 0, None, 0
     found = find_adapter(output_dir, checkpoint, callback)
-    folder = found.path.parent
-    saved = json.loads((folder / TRAINING_STEP).read_text(encoding="utf-8"))
     if found.checkpoint == BEST:
-        record = json.loads((found.store / BEST / BEST_MARK).read_text(encoding="utf-8"))
-        step = int(record.get("step", record.get("epoch", -1)))
+        mark = json.loads((found.store / BEST / BEST_MARK).read_text(encoding="utf-8"))
+        step = int(mark.get("step", mark.get("epoch", -1)))
         if step < 0:
             raise ExportError(f"{found.store / BEST / BEST_MARK} names no step")
     else:
         step = int(found.checkpoint)
+    # best/ holds its step's record since best/ keeps it; before, only the step's own folder
+    candidates = [found.path.parent / TRAINING_STEP,
+                  CheckpointStore(found.store).path(step) / TRAINING_STEP]
+    record = next((path for path in candidates if path.is_file()), None)
+    if record is None:
+        raise ExportError(f"{candidates[0]} is missing: the checkpoint's policy version "
+                          "is unknown")
+    saved = json.loads(record.read_text(encoding="utf-8"))
     return step, found.path, int(saved["policy_version"])
 
 

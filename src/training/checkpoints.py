@@ -112,5 +112,7 @@ class CheckpointStore:
             return False
         with atomic_directory(self.root / BEST) as best:
             shutil.copytree(self.path(step) / ADAPTER, best / ADAPTER)
+            if (self.path(step) / TRAINING_STEP).is_file():  # the adapter's policy version
+                shutil.copy2(self.path(step) / TRAINING_STEP, best / TRAINING_STEP)
             atomic_write_json(best / BEST_MARK, record)
         return True

@@ -1,0 +1,152 @@
+"""The evaluate command: a run's checkpoint evaluated again with the run's own settings
+gives the run's evaluation file byte for byte (RL and supervised runs, on the tiny model);
+changed task parameters evaluate samples the run never saw; bad requests are errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from src.evaluate import main as evaluate_main
+from tests.run_folders import run_command
+
+ASSIGNMENT = """\
+assignment_config:
+  output_dir: {output}
+  sample_order: random
+  random_seed: 3
+  rollout: {{batch_size: 2, group_size: 2, max_batches: 3}}
+  evaluation: {{at_start: true, every_n_batches: 2, at_end: true, max_samples: 4,
+                temperature: 1.0, splits: [validation]}}
+  task:
+    name: math_problems
+    parameters: {{num_train: 6, num_validation: 4, max_round: 1}}
+  language_model_list:
+    - name: policy
+      module: src.language_models.instance.huggingface_lora_language_model
+      parameters:
+        model_name_or_path: {model}
+        lora_config: {{r: 8, lora_alpha: 16, target_modules: all-linear}}
+  agent:
+    name: lora_rl_agent
+    parameters: {{language_model: policy, temperature: 1.0, max_new_tokens: 6}}
+  callback_dict:
+    rl_training:
+      name: rl_training
+      parameters:
+        algorithm: grpo
+        learning_rate: 5e-2
+        ppo: {{entropy_coeff: 0.05}}  # a gradient even where a group's rewards are equal
+        best_metric: eval/reward  # best/ is an evaluated step (the first, where all tie)
+"""
+
+SUPERVISED = """\
+supervised_training_config:
+  output_dir: {output}
+  random_seed: 5
+  language_model:
+    name: policy
+    module: src.language_models.instance.huggingface_lora_language_model
+    parameters:
+      model_name_or_path: {model}
+      lora_config: {{r: 8, lora_alpha: 16, target_modules: all-linear}}
+  task:
+    name: math_problems
+    parameters: {{num_train: 8, num_validation: 3, max_round: 1}}
+  agent:
+    name: lora_rl_agent
+    parameters: {{language_model: policy, max_new_tokens: 4}}
+  demonstrations:
+    oracle: {{num_samples: 8}}
+  training:
+    epochs: 2
+    batch_size: 4
+    save_every_steps: 2
+    optimizer: {{learning_rate: 3e-2}}
+  evaluation: {{every_steps: 2, max_samples: 3, batch_size: 2, temperature: 1.0}}
+"""
+
+
+def finished_run(folder: Path, template: str, model: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "config_file.yaml"
+    config.write_text(template.format(output=folder / "run", model=model))
+    assert run_command(config) == 0
+    return folder / "run"
+
+
+@pytest.fixture(scope="module")
+def rl_run(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return finished_run(tmp_path_factory.mktemp("rl"), ASSIGNMENT, tiny_model_path)
+
+
+def evaluation(folder: Path, step: int) -> str:
+    return (folder / "evaluation" / f"step-{step:06d}.jsonl").read_text()
+
+
+@pytest.mark.parametrize(("checkpoint", "step"), [("latest", 3), ("2", 2), ("best", None),
+                                                  ("start", 0)])
+def test_a_checkpoint_evaluated_again_gives_the_runs_own_file(
+        rl_run: Path, tmp_path: Path, checkpoint: str, step: int | None,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    if step is None:
+        best = rl_run / "callback_state" / "rl_training" / "best" / "best.json"
+        step = json.loads(best.read_text())["step"]
+    assert evaluate_main([str(rl_run), "--checkpoint", checkpoint,
+                          "--target_dir", str(tmp_path / "out")]) == 0
+    assert evaluation(tmp_path / "out", step) == evaluation(rl_run, step)
+    episodes = [json.loads(line) for line in evaluation(rl_run, step).splitlines()]
+    assert {episode["policy_version"] for episode in episodes} == {step}
+    [row] = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").open()]
+    [logged] = [json.loads(line) for line in (rl_run / "metrics.jsonl").open()
+                if json.loads(line)["step"] == step and "eval/episodes" in line]
+    assert row == {key: value for key, value in logged.items()
+                   if key == "step" or key.startswith("eval/")}
+    assert "(validation split, success, 95% Wilson interval): " in capsys.readouterr().out
+
+
+def test_the_checkpoints_differ_so_the_comparison_can_fail(rl_run: Path) -> None:
+    assert evaluation(rl_run, 0) != evaluation(rl_run, 3)
+
+
+def test_changed_task_parameters_evaluate_other_samples(rl_run: Path, tmp_path: Path) -> None:
+    assert evaluate_main([str(rl_run), "--checkpoint", "latest", "--task", "seed=7",
+                          "--task", "num_validation=6", "--max_samples", "6",
+                          "--target_dir", str(tmp_path / "out")]) == 0
+    episodes = [json.loads(line) for line in evaluation(tmp_path / "out", 3).splitlines()]
+    original = [json.loads(line) for line in evaluation(rl_run, 3).splitlines()]
+    assert len(episodes) == 6
+    assert [e["chat"][0] for e in episodes[:4]] != [e["chat"][0] for e in original]
+    config = (tmp_path / "out" / "config.yaml").read_text()
+    assert "seed: 7" in config and "num_validation: 6" in config
+
+
+def test_a_supervised_runs_checkpoint_gives_its_own_file(
+        tiny_model_path: Path, tmp_path: Path) -> None:
+    run = finished_run(tmp_path / "sft", SUPERVISED, tiny_model_path)
+    for checkpoint in ("2", "latest"):
+        target = tmp_path / f"out-{checkpoint}"
+        assert evaluate_main([str(run), "--checkpoint", checkpoint,
+                              "--target_dir", str(target)]) == 0
+        [row] = [json.loads(line) for line in (target / "metrics.jsonl").open()]
+        assert evaluation(target, row["step"]) == evaluation(run, row["step"])
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--checkpoint", "7"], "is not best, latest or one of the committed steps"),
+    (["--task", "seed"], "expected KEY=VALUE"),
+    (["--task", "no_such_parameter=1"], "no_such_parameter"),
+])
+def test_bad_requests_are_errors_that_say_what_is_wrong(
+        rl_run: Path, tmp_path: Path, arguments: list[str], message: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert evaluate_main([str(rl_run), *arguments, "--target_dir", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_folder_that_is_no_run_is_an_error(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert evaluate_main([str(tmp_path), "--target_dir", str(tmp_path / "out")]) == 2
+    assert "not a run folder" in capsys.readouterr().err

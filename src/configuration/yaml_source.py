@@ -33,6 +33,29 @@ _NumberAwareLoader.add_implicit_resolver(
 
 
 IMPORT_KEY = "import"
+REPLACE_TAG = "!replace"
+
+
+class _Replace(dict[Any, Any]):
+    """A mapping tagged `!replace`: while merging over the imported documents it replaces
+    the imported mapping under its key instead of merging into it."""
+
+
+class _MisplacedReplace(yaml.YAMLError):
+    def __init__(self, line: int) -> None:
+        super().__init__(f"{REPLACE_TAG} marks a mapping, which then replaces the imported "
+                         "one instead of merging into it; any other value replaces the "
+                         "imported one already: drop the tag")
+        self.line = line
+
+
+def _construct_replace(loader: yaml.SafeLoader, node: yaml.Node) -> _Replace:
+    if not isinstance(node, yaml.MappingNode):
+        raise _MisplacedReplace(node.start_mark.line + 1)
+    return _Replace(loader.construct_mapping(node, deep=True))
+
+
+_NumberAwareLoader.add_constructor(REPLACE_TAG, _construct_replace)
 
 
 def _line_map(node: yaml.Node, path: tuple[str, ...], lines: dict[tuple[str, ...], int]) -> None:
@@ -48,12 +71,24 @@ def _line_map(node: yaml.Node, path: tuple[str, ...], lines: dict[tuple[str, ...
 
 
 def _merged(base: Any, override: Any) -> Any:
-    """`override` written over `base`: mappings merge key by key, any other value (a list
-    too) replaces the one below it."""
+    """`override` written over `base`: mappings merge key by key unless `override` is
+    marked `!replace`; any other value (a list too) replaces the one below it."""
+    if isinstance(override, _Replace):
+        return override
     if isinstance(base, dict) and isinstance(override, dict):
         return {**base, **{key: _merged(base[key], value) if key in base else value
                            for key, value in override.items()}}
     return override
+
+
+def _without_marks(data: Any) -> Any:
+    """`data` with its `!replace` mappings as plain dicts: the marks matter only while the
+    file that wrote them merges over its imports."""
+    if isinstance(data, dict):
+        return {key: _without_marks(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_without_marks(item) for item in data]
+    return data
 
 
 def _key_paths(data: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -72,8 +107,10 @@ class YamlSource:
 
     A top-level `import:` (a file or a list of files, relative to the importing file)
     writes a config as another with a few keys changed: the imported documents are merged
-    in order, then this file's own keys over them. Each key remembers the file and line
-    that wrote the value it holds, so an error names the imported file where it lies."""
+    in order, then this file's own keys over them. A mapping of this file tagged
+    `!replace` takes the place of the imported one under its key whole (where nothing is
+    imported under that key it is an ordinary mapping). Each key remembers the file and
+    line that wrote the value it holds, so an error names the imported file where it lies."""
 
     def __init__(self, path: Path, importing: tuple[Path, ...] = ()) -> None:
         self.path = path
@@ -87,12 +124,18 @@ class YamlSource:
         try:
             node = yaml.compose(text, Loader=_NumberAwareLoader)
             data: Any = yaml.load(text, Loader=_NumberAwareLoader)
+        except _MisplacedReplace as error:
+            raise ConfigError(str(error), file=str(path), line=error.line) from error
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
             raise ConfigError(f"invalid YAML: {error}", file=str(path),
                               line=mark.line + 1 if mark else None) from error
         except ValueError as error:  # a scalar that resolves to a type it cannot be
             raise ConfigError(f"invalid YAML value: {error}", file=str(path)) from error
+        if isinstance(data, _Replace):
+            raise ConfigError(f"{REPLACE_TAG} marks a mapping under a key; the file's top "
+                              "level always merges over its imports", file=str(path),
+                              line=node.start_mark.line + 1)
         lines: dict[tuple[str, ...], int] = {}
         if node is not None:
             _line_map(node, (), lines)
@@ -101,6 +144,7 @@ class YamlSource:
         self.places: dict[tuple[str, ...], tuple[Path, int]] = own_places
         if isinstance(data, dict) and IMPORT_KEY in data:
             self._import(data, own_places, (*importing, path.resolve()))
+        self.data = _without_marks(self.data)
 
     def _import(self, own: dict[Any, Any], own_places: dict[tuple[str, ...], tuple[Path, int]],
                 importing: tuple[Path, ...]) -> None:

@@ -96,6 +96,80 @@ def test_bad_imports_are_config_errors_at_the_import_line(
     assert f"{tmp_path / place}" in str(error.value)
 
 
+def test_a_mapping_tagged_replace_takes_the_imported_ones_place(tmp_path: Path) -> None:
+    """The base's task parameters (levels, num_train) do not leak into the new task."""
+    write(tmp_path, "base.yaml", BASE.format(output=tmp_path / "base"))
+    child = write(tmp_path, "child.yaml", (
+        "import: base.yaml\n"
+        "assignment_config:\n"
+        "  rollout: {group_size: 4}\n"
+        "  task: !replace\n"
+        "    name: math_problems\n"
+        "    parameters: {num_validation: 3}\n"))
+    config = YamlSource(child).data["assignment_config"]
+    assert config["task"] == {"name": "math_problems", "parameters": {"num_validation": 3}}
+    assert type(config["task"]) is dict  # the mark is gone once merged
+    assert config["rollout"] == {"batch_size": 2, "group_size": 4}  # untagged: merged
+    plan = plan_experiment(*load_experiment_config(child))
+    parameters = plan.task.parameters
+    assert (parameters["num_validation"], parameters["num_train"], parameters["levels"]) == (
+        3, 256, None)  # the task's defaults, not the base's 4 and [1, 2]
+
+
+def test_replace_acts_in_the_file_that_writes_it(tmp_path: Path) -> None:
+    """A middle file's replaced mapping is what a file importing it merges into; where
+    nothing is imported under the key, a tagged mapping is an ordinary one."""
+    write(tmp_path, "base.yaml", "x: {p: 1, q: {r: 1, s: 1}}\ny: {a: 1}\n")
+    middle = write(tmp_path, "middle.yaml", (
+        "import: base.yaml\nx: {q: !replace {r: 2}}\nz: !replace {b: 1}\n"))
+    child = write(tmp_path, "child.yaml", "import: middle.yaml\nx: {q: {t: 3}}\n")
+    assert YamlSource(middle).data == {"x": {"p": 1, "q": {"r": 2}}, "y": {"a": 1},
+                                       "z": {"b": 1}}
+    assert YamlSource(child).data == {"x": {"p": 1, "q": {"r": 2, "t": 3}}, "y": {"a": 1},
+                                      "z": {"b": 1}}
+    alone = write(tmp_path, "alone.yaml", "x: !replace {p: 1}\n")
+    assert YamlSource(alone).data == {"x": {"p": 1}}
+
+
+def test_an_error_inside_a_replaced_mapping_names_its_line(tmp_path: Path) -> None:
+    write(tmp_path, "base.yaml", BASE.format(output=tmp_path))
+    child = write(tmp_path, "child.yaml", (
+        "import: base.yaml\n"
+        "assignment_config:\n"
+        "  task: !replace\n"
+        "    name: math_problems\n"
+        "    parameters:\n"
+        "      num_validation: 2\n"
+        "      num_train: lots\n"))
+    with pytest.raises(ConfigError) as error:
+        plan_experiment(*load_experiment_config(child))
+    assert (error.value.file, error.value.line) == (str(child), 7)
+    assert "task.parameters.num_train" in str(error.value)
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    ("import: base.yaml\nx: !replace [1, 2]\n", 2),
+    ("import: base.yaml\nx:\n  p: !replace 5\n", 3),
+    ("import: base.yaml\nx: !replace\ny: 1\n", 2),
+])
+def test_replace_on_anything_but_a_mapping_is_a_config_error_at_its_line(
+        tmp_path: Path, text: str, line: int) -> None:
+    write(tmp_path, "base.yaml", "x: {p: 1}\n")
+    child = write(tmp_path, "child.yaml", text)
+    with pytest.raises(ConfigError, match="!replace marks a mapping") as error:
+        YamlSource(child)
+    assert (error.value.file, error.value.line) == (str(child), line)
+    assert f"{child}:{line}: " in str(error.value)
+
+
+def test_replace_on_the_whole_file_is_a_config_error(tmp_path: Path) -> None:
+    write(tmp_path, "base.yaml", "x: {p: 1}\n")
+    child = write(tmp_path, "child.yaml", "--- !replace\nimport: base.yaml\nx: {q: 1}\n")
+    with pytest.raises(ConfigError, match="top level always merges") as error:
+        YamlSource(child)
+    assert (error.value.file, error.value.line) == (str(child), 1)
+
+
 def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
     path = tmp_path / "latin1.yaml"
     path.write_bytes("x: caf\u00e9\n".encode("latin-1"))
@@ -103,10 +177,12 @@ def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
         YamlSource(path)
 
 
-def test_the_shipped_40_batch_config_is_its_base_with_two_keys_changed() -> None:
-    folder = PROJECT_ROOT / "configs" / "assignments"
-    base = YamlSource(folder / "db_bench_rl_from_300_chats.yaml").data
-    variant = YamlSource(folder / "db_bench_rl_from_300_chats_40_batches.yaml").data
-    base["assignment_config"]["output_dir"] = "outputs/db_bench_rl_from_300_chats_40_batches"
-    base["assignment_config"]["rollout"]["max_batches"] = 40
-    assert variant == base
+def test_a_recipe_imported_with_two_keys_changed_is_the_recipe_but_those(tmp_path: Path) -> None:
+    recipe = PROJECT_ROOT / "configs" / "assignments" / "db_bench_grpo.yaml"
+    variant_file = tmp_path / "longer.yaml"
+    variant_file.write_text(f"import: {recipe}\nassignment_config:\n"
+                            "  output_dir: outputs/longer\n  rollout: {max_batches: 80}\n")
+    base = YamlSource(recipe).data
+    base["assignment_config"]["output_dir"] = "outputs/longer"
+    base["assignment_config"]["rollout"]["max_batches"] = 80
+    assert YamlSource(variant_file).data == base

@@ -5,7 +5,8 @@ that changes nothing does not.
 The rows are minimal ones in AgentBench's jsonl shape, built after the failing rows the
 issue names (the shipped dev split holds no row with any of these traits): each keeps the
 trait that failed (a table name that starts with digits, a TEXT column compared with a
-number in an UPDATE, a column name with `%`) and the reference SQL's way of writing it.
+number in an UPDATE, whether it holds other text or numbers only, a column name with `%`)
+and the reference SQL's way of writing it.
 """
 
 from __future__ import annotations
@@ -50,6 +51,14 @@ PERCENT_COLUMN_UPDATE = agentbench_row(
     [["Davis Cup", "F", "76.19"], ["Olympic Games", "SF", "80.00"]],
     "UPDATE", "UPDATE `Tournament Results` SET `Win %` = '81.25' WHERE `Tournament` = 'Davis Cup'")
 
+# PostgreSQL has no text = integer operator: `WHERE "Game"=39` needs a numeric column there.
+NUMBER_COLUMN_UPDATE = agentbench_row(
+    "game_results", ["Game", "January", "Opponent", "Score", "Record"],
+    [["38", "2", "Buffalo Sabres", "4 - 3", "27-9-2"],
+     ["39", "4", "Winnipeg Jets", "5 - 2", "28-9-2"],
+     ["40", "6", "Ottawa Senators", "3 - 3", "28-9-3"]],
+    "UPDATE", "UPDATE game_results SET Score='5 - 3' WHERE Game=39")
+
 
 def solve(row: dict[str, Any], url: str, folder: Path) -> dict[str, Any]:
     """The final info of the oracle's episode, after checking that doing nothing fails."""
@@ -86,6 +95,11 @@ def test_column_named_with_a_percent_sign(backend: str, sandbox_url: str,
     info = solve(PERCENT_COLUMN_UPDATE, sandbox_url, tmp_path)
     if backend == "mysql":
         assert re.fullmatch(r"[0-9a-f]{32}", info["table_md5"] or "")
+
+
+def test_update_comparing_a_column_of_numbers_with_a_number(sandbox_url: str,
+                                                           tmp_path: Path) -> None:
+    solve(NUMBER_COLUMN_UPDATE, sandbox_url, tmp_path)
 
 
 @pytest.mark.parametrize("backend", ["postgresql"])

@@ -16,6 +16,12 @@ from tests.tasks.db_bench.conftest import canary_rows
 TABLE = TableSpec(name="Team Scores", columns=(ColumnSpec(name="Team Name"),
                                                ColumnSpec(name="points", type="INT")),
                   rows=tuple((f"team {index}", index) for index in range(30)))
+# Every column declared TEXT, as AgentBench declares them.
+NUMBERS_AS_TEXT = TableSpec(
+    name="Results", columns=tuple(ColumnSpec(name=name) for name in
+                                  ("Game", "Score", "Code", "Season", "Note")),
+    rows=(("38", "9.640", "007", "2010", None), ("39", "-0.5", "12", "2010–11", None),
+          ("40", "10.25", "3", "2012", None), (None, "11", "4", "2013", None)))
 
 
 def escape_attempts(backend: str, canary: str, tmp_path: Path) -> list[str]:
@@ -149,6 +155,29 @@ def test_mysql_sandbox_session_drops_only_strict_mode(sandbox_url: str) -> None:
     assert result.rows is not None
     session, server = (set(str(modes).split(",")) - {""} for modes in result.rows[0])
     assert session == server - {"STRICT_TRANS_TABLES", "STRICT_ALL_TABLES"}
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_postgresql_gives_text_columns_of_plain_numbers_a_numeric_type(sandbox_url: str) -> None:
+    """Bare numbers compare with them as on MySQL (PostgreSQL has no text = integer);
+    decimals keep their digits; a column with any other text, or only NULLs, stays text."""
+    sandbox = SqlSandbox(SandboxSettings(url=sandbox_url), NUMBERS_AS_TEXT)
+    try:
+        types = sandbox.execute('SELECT pg_typeof("Game")::text, pg_typeof("Score")::text, '
+                                'pg_typeof("Code")::text, pg_typeof("Season")::text, '
+                                'pg_typeof("Note")::text FROM "Results" LIMIT 1')
+        assert types.rows == (("bigint", "numeric", "text", "text", "text"),)
+        assert sandbox.observe('SELECT "Code" FROM "Results" WHERE "Game" = 39') == "[('12',)]"
+        assert sandbox.observe('SELECT "Game" FROM "Results" WHERE "Score" > 9.6 '
+                               'ORDER BY "Score"') == "[(38,), (40,), (None,)]"
+        assert sandbox.observe('SELECT "Score"::text FROM "Results" WHERE "Game" = 38 '
+                               'AND "Code" = \'007\' AND "Season" = \'2010\'') == "[('9.640',)]"
+        assert sandbox.table_rows() == [(38, 9.64, "007", "2010", None),
+                                        (39, -0.5, "12", "2010–11", None),
+                                        (40, 10.25, "3", "2012", None),
+                                        (None, 11, "4", "2013", None)]
+    finally:
+        sandbox.close()
 
 
 def test_server_sandboxes_leave_nothing_behind(backend: str, sandbox_url: str) -> None:

@@ -83,7 +83,10 @@ class SqlSandbox:
         self._preparer = self._connection.dialect.identifier_preparer
         self._guard = StatementGuard(self.dialect, self._backend.foreign_namespaces,
                                      own_names=frozenset({table.name.lower()}))
-        self._table, self._rows = build_table(table)
+        # Only PostgreSQL refuses to compare text with a number; SQLite and MySQL keep every
+        # column as the data declares it (MySQL's TEXT is what AgentBench's md5 hashes).
+        self._table, self._rows = build_table(table,
+                                              number_columns=self.dialect == "postgresql")
         try:
             self._table.create(self._connection)
             self.restore_rows()

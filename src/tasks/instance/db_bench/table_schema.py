@@ -5,14 +5,31 @@ DECIMAL(p,s) to NUMERIC(p,s) read back as float, VARCHAR/CHAR(n) to a string of 
 anything else (TEXT, DATE, TIME, YEAR, ...) to TEXT, dates staying text as in the
 benchmarks. A numeric column whose values do not all convert becomes TEXT, so that a
 row is never refused by a stricter server.
+
+With `number_columns` (for PostgreSQL) a text column whose values are all numbers
+written plainly ('39', '-4', '9.626'; not '007', '+2', '1e3' or '') becomes BIGINT when
+they are integers, else NUMERIC, which keeps their digits: the benchmarks' SQL compares
+such columns with bare numbers (`WHERE Game = 39`), which MySQL does by converting the
+text and PostgreSQL refuses outright (no text = integer operator).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from decimal import Decimal
 
-from sqlalchemy import Column, Double, Integer, MetaData, Numeric, String, Table, Text
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Double,
+    Integer,
+    MetaData,
+    Numeric,
+    String,
+    Table,
+    Text,
+)
 from sqlalchemy.types import TypeEngine
 
 from src.tasks.instance.db_bench.problem import TableSpec, Value
@@ -23,6 +40,12 @@ _DECIMAL_TYPES = frozenset({"DECIMAL", "NUMERIC"})
 _STRING_TYPES = frozenset({"VARCHAR", "CHAR", "CHARACTER VARYING", "CHARACTER"})
 _DECLARED = re.compile(r"^\s*([A-Za-z ]+?)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?\s*(?:UNSIGNED)?\s*$",
                        re.IGNORECASE)
+# Only forms a numeric column keeps digit for digit ('007' or '+2' would come back changed).
+_PLAIN_INTEGER = re.compile(r"0|-?[1-9][0-9]*")
+_PLAIN_DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]*)\.[0-9]+")
+_BIGINT_RANGE = range(-2**63, 2**63)
+
+Cell = Value | Decimal  # a value as inserted: NUMERIC columns take exact decimals
 
 
 def _column_type(declared: str) -> TypeEngine:
@@ -61,10 +84,36 @@ def _to_int(value: int | float | str) -> int:
     return int(number)
 
 
-def build_table(spec: TableSpec) -> tuple[Table, list[dict[str, Value]]]:
-    """The SQLAlchemy table and the rows to insert, keyed by column name."""
+def _plain_number(text: str) -> int | Decimal | None:
+    """The number a text holds, if it is one written plainly; else None."""
+    if _PLAIN_INTEGER.fullmatch(text):
+        return int(text)
+    if _PLAIN_DECIMAL.fullmatch(text):
+        return Decimal(text)
+    return None
+
+
+def _as_numbers(texts: Sequence[str | None]) -> tuple[TypeEngine, list[Cell]] | None:
+    """BIGINT or NUMERIC and the values as numbers, when every text but NULLs is a plain
+    number; None otherwise, or when every value is NULL (nothing says what they are)."""
+    numbers = [None if text is None else _plain_number(text) for text in texts]
+    if any(number is None and text is not None for number, text in zip(numbers, texts,
+                                                                       strict=True)):
+        return None
+    present = [number for number in numbers if number is not None]
+    if not present:
+        return None
+    if all(isinstance(number, int) and number in _BIGINT_RANGE for number in present):
+        return BigInteger(), list(numbers)
+    return Numeric(), [None if number is None else Decimal(number) for number in numbers]
+
+
+def build_table(spec: TableSpec,
+                number_columns: bool = False) -> tuple[Table, list[dict[str, Cell]]]:
+    """The SQLAlchemy table and the rows to insert, keyed by column name. `number_columns`:
+    text columns that hold only numbers become numeric (see the module's docstring)."""
     columns: list[Column] = []
-    converted: list[Sequence[Value]] = []
+    converted: list[Sequence[Cell]] = []
     for index, column_spec in enumerate(spec.columns):
         column_type = _column_type(column_spec.type)
         values = [row[index] for row in spec.rows]
@@ -73,8 +122,13 @@ def build_table(spec: TableSpec) -> tuple[Table, list[dict[str, Value]]]:
         except (TypeError, ValueError):
             column_type = Text()
             values = [value if value is None else str(value) for value in values]
+        cells: list[Cell] = list(values)
+        if number_columns and isinstance(column_type, String):  # its values are str or None
+            typed = _as_numbers([None if value is None else str(value) for value in values])
+            if typed is not None:
+                column_type, cells = typed
         columns.append(Column(column_spec.name, column_type, key=f"c{index}"))
-        converted.append(values)
+        converted.append(cells)
     table = Table(spec.name, MetaData(), *columns)
     rows = [{f"c{index}": values[row] for index, values in enumerate(converted)}
             for row in range(len(spec.rows))]

@@ -34,7 +34,7 @@ python bench/grpo_vs_trl.py [--pairs 5] [--warmup 1] [--prompts 8] [--samples 4]
     [--micro_batch_max_tokens 512 | 0 for one micro-batch]
     [--trl_attn_implementation sdpa|grouped_sdpa] [--torch_profile]
     [--dtype float32|bfloat16] [--trl_bf16]
-    [--out docs/results/bench/grpo_vs_trl.json]
+    [--out outputs/bench/grpo_vs_trl.json]
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ LORA = {"r": 8, "lora_alpha": 16, "lora_dropout": 0.0, "target_modules": ["q_pro
 # number of completion tokens in the whole batch: our token-mean. "grpo" averages each
 # sequence over its tokens, then over sequences: our seq-mean-token-mean.
 LOSS_TYPES = {"dapo": "token-mean", "grpo": "seq-mean-token-mean"}
-RESULT_DEFAULT = Path(__file__).resolve().parents[1] / "docs/results/bench/grpo_vs_trl.json"
+RESULT_DEFAULT = Path(__file__).resolve().parents[1] / "outputs/bench/grpo_vs_trl.json"
 
 
 def seed_everything(seed: int) -> None:
@@ -347,7 +347,7 @@ def main() -> None:
                         help="afterwards, profile one more of our steps with torch.profiler")
     parser.add_argument("--out", type=Path, default=RESULT_DEFAULT,
                         help="JSON results, written atomically (default: "
-                             "docs/results/bench/grpo_vs_trl.json)")
+                             "outputs/bench/grpo_vs_trl.json)")
     arguments = parser.parse_args()
     if arguments.pairs < 1 or arguments.warmup < 0 or arguments.samples < 2:
         parser.error("need --pairs >= 1, --warmup >= 0 and --samples >= 2 (GRPO groups)")

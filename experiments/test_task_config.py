@@ -28,13 +28,13 @@ def test_another_task_is_named_in_the_error(tmp_path: Path) -> None:
         task_parameters_from_config(config, "db_bench_single_skill")
 
 
-def test_an_importing_config_gives_its_base_task_parameters() -> None:
-    folder = PROJECT_ROOT / "configs" / "assignments"
-    base = task_parameters_from_config(folder / "db_bench_rl_from_300_chats.yaml",
-                                       "db_bench_single_skill")
+def test_an_importing_config_gives_its_base_task_parameters(tmp_path: Path) -> None:
+    recipe = PROJECT_ROOT / "configs" / "assignments" / "db_bench_grpo.yaml"
+    base = task_parameters_from_config(recipe, "db_bench_single_skill")
     assert base["num_validation"] == 176
-    assert task_parameters_from_config(folder / "db_bench_rl_from_300_chats_40_batches.yaml",
-                                       "db_bench_single_skill") == base
+    longer = tmp_path / "longer.yaml"
+    longer.write_text(f"import: {recipe}\nassignment_config:\n  rollout: {{max_batches: 80}}\n")
+    assert task_parameters_from_config(longer, "db_bench_single_skill") == base
 
 
 def test_a_file_without_a_mapping_is_named_in_the_error(tmp_path: Path) -> None:

@@ -95,15 +95,26 @@ def constraint_text(item: Any) -> str | None:
     return None
 
 
-def trailing_comments(obj: Any) -> dict[str, str]:
-    """`name: ... # comment` lines of a class body or a signature: the code's own notes."""
+def field_comments(obj: Any) -> dict[str, str]:
+    """The comments on a class body's or a signature's `name: ...` lines (the lines just
+    above, and the end of the line): the code's own notes on each setting."""
     try:
         source = inspect.getsource(obj)
     except (OSError, TypeError):
         return {}
-    found = {}
-    for match in re.finditer(r"^\s+(\w+)\s*:[^#\n]*#\s*(.+)$", source, re.MULTILINE):
-        found.setdefault(match.group(1), match.group(2).strip().replace("|", "\\|"))
+    found: dict[str, str] = {}
+    above: list[str] = []
+    for line in source.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            above.append(stripped.lstrip("# ").strip())
+            continue
+        match = re.match(r"^\s+(\w+)\s*:[^#]*?(?:#\s*(.+))?$", line)
+        if match and match.group(1) not in found:
+            notes = [*above, *([match.group(2).strip()] if match.group(2) else [])]
+            if notes:
+                found[match.group(1)] = " ".join(notes).replace("|", "\\|")
+        above = []
     return found
 
 
@@ -122,7 +133,7 @@ def model_section(model: type[BaseModel], seen: set[type], sections: list[str]) 
     if summary := docstring(model):
         lines += [summary, ""]
     lines += ["| key | type | default | note |", "| --- | --- | --- | --- |"]
-    notes = trailing_comments(model)
+    notes = field_comments(model)
     nested: list[type[BaseModel]] = []
     for name, field in model.model_fields.items():
         if field.default_factory is not None:
@@ -147,7 +158,7 @@ def component_section(short_name: str, dotted: str, seen: set[type],
     if summary := docstring(cls):
         lines += [summary, ""]
     lines += ["| parameter | type | default | note |", "| --- | --- | --- | --- |"]
-    notes = trailing_comments(cls.__init__)
+    notes = field_comments(cls.__init__)
     nested: list[type[BaseModel]] = []
     for name, (annotation, default) in constructor_fields(cls).items():
         lines.append(f"| `{name}` | {type_name(annotation)} | {default_text(default)} "

@@ -112,10 +112,12 @@ def test_invalid_yaml_reports_line(tmp_path: Path) -> None:
 def test_every_shipped_assignment_is_valid(capsys: pytest.CaptureFixture[str]) -> None:
     from src.run_experiment import main
 
-    folder = Path(__file__).resolve().parents[2] / "configs" / "assignments"
-    files = sorted(folder.glob("*.yaml"))
+    root = Path(__file__).resolve().parents[2]
+    files = sorted((root / "configs" / "assignments").glob("*.yaml"))
     assert files
-    for path in files:  # assignments and offline training configs alike
+    # the studies' configs too: the results record cites them as commands to run
+    files += sorted((root / "experiments").glob("*/configs/*.yaml"))
+    for path in files:  # assignments, supervised and offline training configs alike
         assert main(["--config_path", str(path), "--dry_run"]) == 0, capsys.readouterr().err
         assert "dry run: the" in capsys.readouterr().out
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from src.experiment import loop
+from src.experiment import evaluation as evaluation_module
 from src.run_experiment import main
 from tests.conftest import PROJECT_ROOT
 
@@ -74,7 +74,9 @@ def test_a_selection_split_the_task_does_not_draw_is_refused(tmp_path: Path, cap
     assert main(["--config_path", str(config), "--output_dir", str(tmp_path / "run"),
                  "--no_progress"]) == 2
     error = capsys.readouterr().err
-    assert (f"{config}:14, key 'assignment_config.evaluation.splits': names 'selection', but "
+    line = 1 + config.read_text().splitlines().index("  evaluation: {at_end: true, "
+                                                      "splits: [selection]}")
+    assert (f"{config}:{line}, key 'assignment_config.evaluation.splits': names 'selection', but "
             "the task MathProblemsTask draws no selection samples") in error
     assert not (tmp_path / "run").exists()  # refused before the run folder is made
 
@@ -83,7 +85,7 @@ def test_a_task_that_cannot_be_built_is_named_when_selection_is_checked(tmp_path
                                                                          capsys) -> None:
     """The selection check builds the task at planning: its own errors become config
     errors with the task's key, not tracebacks."""
-    text = (PROJECT_ROOT / "configs" / "assignments" / "db_bench_rl_selection.yaml").read_text()
+    text = (PROJECT_ROOT / "configs" / "assignments" / "db_bench_grpo.yaml").read_text()
     config = tmp_path / "selection.yaml"
     config.write_text(text.replace("source: procedural", "source: agentbench"))
     assert main(["--config_path", str(config), "--dry_run"]) == 2
@@ -102,8 +104,8 @@ def test_evaluation_batch_size_sets_the_episodes_rolled_out_together(
         chunks.append(len(samples))
         return roll_out(samples, *args, **kwargs)
 
-    roll_out = loop._roll_out
-    monkeypatch.setattr(loop, "_roll_out", spy)
+    roll_out = evaluation_module.roll_out_seeded
+    monkeypatch.setattr(evaluation_module, "roll_out_seeded", spy)
     text = (PROJECT_ROOT / "configs" / "assignments" / "smoke_oracle_math.yaml").read_text()
     text = text.replace("num_epochs: 1}", "num_epochs: 1, max_batches: 0}")
     figures = []

@@ -7,7 +7,7 @@ when it overruns; the answer then counts as wrong.
 
 The worker is a fresh interpreter (`python -c`, JSON lines over pipes), not a
 multiprocessing child: spawn and forkserver children re-run the caller's main script,
-so a script without an `if __name__ == "__main__":` guard would score its answers again
+so a script without a main-module guard would score its answers again
 inside the worker and break it; and a fork of a process holding torch and Ray threads is
 not safe. A process forked from the caller (`os.fork`, a multiprocessing fork pool) lets
 go of its parent's worker at the fork and starts its own when it first checks an answer.

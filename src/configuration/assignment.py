@@ -52,47 +52,52 @@ class NestedComponentConfig(StrictModel):
 
 class DynamicSamplingConfig(StrictModel):
     """DAPO: leave out groups whose task rewards are all equal and refill the batch with
-    further samples' groups, for at most `max_rounds` extra generation rounds."""
+    further train samples' groups, for at most `max_rounds` extra generation rounds. Logs
+    `dynamic_sampling/*`; the left-out episodes stay in runs.jsonl, marked
+    `dynamic_sampling_dropped`."""
 
     max_rounds: PositiveInt = 3
 
 
 class FaultPolicy(StrictModel):
-    """What a batch does when its environments or its model fail.
+    """What a batch does when its environments or its model fail (`rollout.faults`). Each
+    episode's environment runs in a thread of its own, so a call that waits (I/O, a lock,
+    a sleep) can be left behind; one that holds the interpreter's lock in C code cannot be
+    cut this way. Logs `batch/tries` and `batch/skipped`."""
 
-    - `step_timeout_s`: an environment's reset or step that runs longer ends its episode as
-      `task_error` (None: wait for ever). Each episode's environment runs in a thread of its
-      own, so a call that waits (I/O, a lock, a sleep) can be left behind; one that holds
-      the interpreter's lock in C code cannot be cut this way.
-    - `model_retries`: a model call that raises is made again this many times; then the
-      episodes it served end as `agent_error`.
-    - `max_failed_share`: a batch in which more than this share of the episodes failed
-      (`task_error`, `agent_error`) is rolled out once more with other seeds; if that fails
-      too, it is logged and skipped (no update). More than `max_skipped_in_a_row` skipped
-      batches in a row stop the run with an error: something is broken, not flaky.
-    """
-
+    # an environment's reset or step that runs longer ends its episode as `task_error`
+    # (None: wait for ever)
     step_timeout_s: PositiveFloat | None = 300.0
+    # a model call that raises is made again this many times; then the episodes it served
+    # end as `agent_error`
     model_retries: NonNegativeInt = 2
+    # a batch in which more than this share of the episodes failed (`task_error`,
+    # `agent_error`) is rolled out once more with other seeds; if that fails too, it is
+    # logged and skipped (no update)
     max_failed_share: float = Field(default=0.5, ge=0.0, le=1.0)
+    # one more skipped batch in a row stops the run with an error: something is broken,
+    # not flaky
     max_skipped_in_a_row: NonNegativeInt = 2
 
 
 class RolloutConfig(StrictModel):
-    """How samples become episodes: B samples a batch, each rolled out G times.
-
-    `max_staleness`: 0 rolls out each batch with the policy the previous update produced;
-    1 rolls out batch n+1 (in a thread, from a rollout pool's engines) while the trainer
-    updates on batch n, so each sample is at most one update old when trained on (the
-    seed's one-step off-policy overlap; more batches ahead are not supported: a pool
-    samples one batch at a time).
-    """
+    """How samples become episodes: `batch_size` samples a batch, each rolled out
+    `group_size` times; all episodes of a batch step in lockstep (one batched model call a
+    round)."""
 
     batch_size: PositiveInt = 4
     group_size: PositiveInt = 1
-    num_epochs: PositiveInt = 1
-    max_batches: NonNegativeInt | None = None  # 0: no batches, only the evaluation at the start
+    num_epochs: PositiveInt = 1  # passes over the task's train samples
+    # 0: no batches, only the evaluation at the start (a trained adapter's held-out
+    # figures, through the language model's `adapter_path`)
+    max_batches: NonNegativeInt | None = None
     dynamic_sampling: DynamicSamplingConfig | None = None
+    # 1: batch n+1 rolls out from a rollout pool, in a thread, while the trainer updates
+    # on batch n (one update off policy; pair it with the RL callback's
+    # `max_policy_staleness: 1` and `mismatch: {old_logprobs: trainer, correction: tis}`).
+    # Refused where the agent samples in process, the agent or task keeps a memory learnt
+    # from episodes, or a callback would drop the stale samples. A killed run samples its
+    # batch in flight again on resume, from the checkpoint's policy
     max_staleness: int = Field(default=0, ge=0, le=1)
     faults: FaultPolicy = Field(default_factory=FaultPolicy)
 
@@ -114,10 +119,10 @@ class EvaluationConfig(StrictModel):
     """
 
     every_n_batches: PositiveInt | None = None
-    at_start: bool = False
+    at_start: bool = False  # before the first batch (the starting policy's figures)
     at_end: bool = False
-    max_samples: PositiveInt | None = None
-    temperature: float = Field(default=0.0, ge=0.0)
+    max_samples: PositiveInt | None = None  # the first N samples of each split; None: all
+    temperature: float = Field(default=0.0, ge=0.0)  # 0: greedy
     batch_size: PositiveInt | None = None
     splits: EvaluationSplits = Field(default_factory=lambda: ["validation"])
 
@@ -146,7 +151,9 @@ def _require_package(package: str, config_key: str) -> None:
 
 
 class TrackersConfig(StrictModel):
-    """Where metrics go besides metrics.jsonl: TensorBoard (on by default), W&B, MLflow."""
+    """Where metrics go besides metrics.jsonl: TensorBoard (on by default), W&B, MLflow (these
+    two need `pip install -e '.[trackers]'`). A resumed run continues the same W&B and
+    MLflow runs."""
 
     tensorboard: bool = True
     wandb: WandbConfig | None = None
@@ -168,9 +175,11 @@ class AssignmentConfig(StrictModel):
     agent: ComponentConfig
     language_model_list: list[ComponentConfig] = Field(default_factory=list)
     callback_dict: dict[str, ComponentConfig] = Field(default_factory=dict)
+    # `{TIMESTAMP}` in it: a new folder per run, and the newest unfinished one resumed
     output_dir: str
+    # default: the task's order; random: shuffled per epoch; or a list of sample ids
     sample_order: Literal["default", "random"] | list[str] = "default"
-    random_seed: int = 42
+    random_seed: int = 42  # the sample order, episode seeds, torch's seed
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     trackers: TrackersConfig = Field(default_factory=TrackersConfig)

@@ -23,7 +23,9 @@ SUPERVISED_TRAINING_KEY = "supervised_training_config"
 
 class OracleDemonstrations(StrictModel):
     """The task's expert (its `oracle_reply`) rolled through train samples; only the
-    episodes it wins are kept."""
+    episodes it wins are kept. DB-bench's runs the reference SQL, reads the result and
+    answers; math's gives the boxed answer; econ's decides by the rule policy, or the
+    planner with the task's `oracle_policy: planner`."""
 
     num_samples: PositiveInt | None = None  # the first N train samples; None: all
 
@@ -33,8 +35,9 @@ class RunsJsonlDemonstrations(StrictModel):
     `{LATEST}` in the path stands for the newest finished run folder."""
 
     path: str
+    # the outcomes kept: correct, incorrect, unknown (None: any)
     outcomes: list[Outcome] | None = Field(default_factory=lambda: [Outcome.CORRECT])
-    min_reward: float | None = None
+    min_reward: float | None = None  # and only episodes with at least this reward
 
 
 class ChatsJsonlDemonstrations(StrictModel):
@@ -72,6 +75,9 @@ class OversampledDemonstrations(StrictModel):
 
 
 class DemonstrationsConfig(StrictModel):
+    """Where demonstrations come from: one or more sources, joined. The run keeps them in
+    OUTPUT_DIR/demonstrations.jsonl, so a resumed run trains on the same ones."""
+
     oracle: OracleDemonstrations | None = None
     runs_jsonl: RunsJsonlDemonstrations | None = None
     chats_jsonl: ChatsJsonlDemonstrations | None = None
@@ -99,6 +105,8 @@ class SupervisedSettings(StrictModel):
     # rows of one micro-batch have similar lengths (less padding); 1 turns it off
     length_bucket_batches: PositiveInt = 8
     save_every_steps: PositiveInt = 10  # a commit point: checkpoint, metrics, run state
+    # defaults here: learning_rate 2e-4, lr_schedule cosine, warmup_ratio 0.05,
+    # micro_batch_max_tokens 4096 (the rest as the table of OptimizerSettings)
     optimizer: OptimizerSettings = Field(default_factory=_default_optimizer)
 
 
@@ -123,13 +131,21 @@ class SupervisedEvaluationConfig(StrictModel):
 
 
 class SupervisedTrainingConfig(StrictModel):
+    """Token-level cross-entropy on the agent's tokens of demonstrations, tokenised exactly
+    as the LoRA agent feeds and samples a chat (the same template rendering and loss mask):
+    length-bucketed mini-batches, one optimiser step each, a checkpoint every
+    `save_every_steps`, held-out evaluations and best/ by held-out success. The adapter
+    (OUTPUT_DIR/training_state/best/lora_weights) starts an RL run through the language
+    model's `adapter_path`; the RL callback's `kl.reference` then chooses the KL
+    reference: `base`, or `initial_adapter` (this adapter)."""
+
     output_dir: str
     random_seed: int = 42
     language_model: ComponentConfig
-    # the task supplies oracle demonstrations (train split) and the evaluation
-    # (validation split); the agent is the LoRA agent whose rendering and system prompt
-    # the demonstrations are tokenised with, and that is evaluated
+    # the oracle's demonstrations (train split) and the evaluation (held-out splits)
     task: ComponentConfig
+    # the LoRA agent whose rendering and system prompt the demonstrations are tokenised
+    # with, and that is evaluated
     agent: ComponentConfig
     demonstrations: DemonstrationsConfig
     training: SupervisedSettings = Field(default_factory=SupervisedSettings)

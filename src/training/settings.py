@@ -18,42 +18,60 @@ class _Settings(BaseModel):
 
 
 class OptimizerSettings(_Settings):
-    """One optimiser step per mini-batch; micro-batches only bound memory."""
+    """One optimiser step per mini-batch; micro-batches only bound memory. The defaults
+    are the RL callback's; the supervised stage has its own (its `optimizer`)."""
 
     optimizer_class: str = "AdamW"  # a torch.optim name or a dotted path
     learning_rate: float = 1e-5
     weight_decay: float = 0.0
-    lr_schedule: LearningRateSchedule = "constant"
-    warmup_ratio: float = Field(0.0, ge=0.0, lt=1.0)
-    max_grad_norm: float | None = 1.0
+    lr_schedule: LearningRateSchedule = "constant"  # after the warmup; cosine ends at 0
+    warmup_ratio: float = Field(0.0, ge=0.0, lt=1.0)  # share of the steps: linear warmup
+    max_grad_norm: float | None = 1.0  # gradient norm clipping; None: off
+    # each mini-batch is cut into at least this many micro-batches (still one step)
     gradient_accumulation_steps: int = Field(1, ge=1)
-    # each micro-batch's padded size (rows x longest row) stays under it: activation
-    # memory grows with it, the loss does not change
+    # each micro-batch's padded size (rows x longest row; with shared-prefix training,
+    # packs x longest pack) stays under it, a group kept in one pack where it fits.
+    # Activation memory grows with it, the loss does not change: raise it on a GPU
     micro_batch_max_tokens: int | None = Field(512, ge=1)
 
 
 class AdvantageSettings(_Settings):
+    """One advantage per episode from the returns. A group whose task returns are all
+    equal carries no signal and gets advantage exactly 0 (group-relative estimators)."""
+
+    # grpo: (R - group mean) / group std; dr_grpo: R - group mean; rloo: R - mean of the
+    # group's others; reinforce: R - `reinforce_baseline`
     estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce"] = "grpo"
+    # running_mean: an EMA of earlier batches' mean return (never the batch's own)
     reinforce_baseline: Literal["none", "running_mean", "group_mean"] = "running_mean"
-    baseline_decay: float = Field(0.9, ge=0.0, le=1.0)
+    baseline_decay: float = Field(0.9, ge=0.0, le=1.0)  # the running mean's decay
     whiten: bool = False  # over the batch (REINFORCE++)
-    clip: float | None = Field(5.0, gt=0.0)
+    clip: float | None = Field(5.0, gt=0.0)  # advantages clipped to [-clip, clip]
     # groups whose task returns are all equal: advantage 0 (keep) or left out of the loss
     zero_std_groups: Literal["keep", "drop"] = "keep"
 
 
 class PPOSettings(_Settings):
+    """The policy loss and how a batch is stepped through."""
+
+    # ppo_clip: each token's ratio in the clipped surrogate; reinforce: -A logp, no ratio;
+    # gspo: one ratio per sequence (the geometric mean of its tokens'), clipped as a whole;
+    # the GSPO paper's range is clip_ratio_low: 3e-4, clip_ratio_high: 4e-4
     loss: Literal["ppo_clip", "reinforce", "gspo"] = "ppo_clip"
-    clip_ratio_low: float = 0.2
-    clip_ratio_high: float = 0.2
-    dual_clip: float | None = 3.0
+    clip_ratio_low: float = 0.2  # in [0, 1): the ratio's floor is 1 - clip_ratio_low
+    clip_ratio_high: float = 0.2  # the ratio's ceiling is 1 + clip_ratio_high
+    dual_clip: float | None = 3.0  # > 1: bounds a negative advantage's loss at -A c
     epochs: int = Field(1, ge=1)  # passes over each batch
-    mini_batch_size: int | None = Field(None, ge=1)  # episodes per optimiser step
+    mini_batch_size: int | None = Field(None, ge=1)  # episodes a step; None: the batch
+    # token-mean: over all tokens of the mini-batch; seq-mean-token-mean: mean over
+    # sequences of each one's token mean; seq-mean-token-sum: of each one's token sum;
+    # seq-mean-token-sum-norm (Dr. GRPO): token sum / (sequences x norm_length)
     aggregation: LossAggregation = "token-mean"
     # seq-mean-token-sum-norm's constant length; None = the generation budget (the
     # agent's max_new_tokens per sampled turn), as Dr. GRPO and TRL use
     norm_length: int | None = Field(None, ge=1)
-    entropy_coeff: float = 0.0
+    entropy_coeff: float = 0.0  # > 0 adds an entropy bonus to the loss
+    # episodes whose last reply hit max_new_tokens add nothing to the loss
     mask_truncated_completions: bool = False
 
     @model_validator(mode="after")
@@ -69,33 +87,49 @@ class PPOSettings(_Settings):
 
 
 class KLSettings(_Settings):
-    coef: float = Field(0.0, ge=0.0)  # beta
+    """A KL penalty towards a reference policy, per token of the sampled replies."""
+
+    coef: float = Field(0.0, ge=0.0)  # beta; 0: no penalty, the reference is not scored
+    # with D = logp - ref: k1 = D, whose expected gradient is 0; k2 = D^2/2, whose gradient
+    # is that of KL(pi||ref); k3 (verl's low_var_kl) = exp(-D) + D - 1, an unbiased value
+    # of KL(pi||ref) whose gradient is that of the reverse KL(ref||pi); k3+k2grad: k3's
+    # value with k2's gradient
     estimator: KLEstimator = "k3"
     in_reward: bool = False  # subtract beta * sum_t KL from the return instead of the loss
+    # adaptive (PPO): beta moves towards the KL `target` over `horizon` episodes; band:
+    # beta x 1.5 after a batch whose KL is above 0.1, / 1.5 below 0.01
     controller: Literal["fixed", "adaptive", "band"] = "fixed"
-    target: float = 0.1
-    horizon: int = 10000
+    target: float = 0.1  # adaptive only
+    horizon: int = 10000  # adaptive only
     # base: the model with the adapter off; initial_adapter: the adapter the run started
     # from (the language model's adapter_path), e.g. an SFT checkpoint
     reference: Literal["base", "initial_adapter"] = "base"
 
 
 class RewardSettings(_Settings):
+    """An episode's return: the task's reward, or a value per outcome, times `weight`."""
+
+    # task: the episode's reward; outcome: `correct`, `incorrect` or `timeout` (the episode
+    # hit the round limit), as LifelongAgentBench's configs score
     source: Literal["task", "outcome"] = "task"
     weight: float = 1.0
-    correct: float = 1.0
+    correct: float = 1.0  # outcome only, like incorrect and timeout
     incorrect: float = -0.1
     timeout: float = -0.3
 
 
 class MismatchSettings(_Settings):
-    """Sampler vs trainer log-probs (bf16 or vLLM sampling, fp32 training)."""
+    """Sampler vs trainer log-probs, for a sampler in another dtype or engine (bf16, vLLM)
+    or a policy some updates old; logs `mismatch/*` (KL, ratio, share corrected, ESS)."""
 
-    # sampler: the PPO ratio's "old" is the sampler's recorded log-prob; trainer: it is
-    # recomputed by the trainer before the update (needed by a correction)
+    # sampler: the PPO ratio's "old" is the sampler's recorded log-prob; trainer: the
+    # trainer's log-prob before the update, from the update's own forward when the batch is
+    # one optimiser step, else from a scoring pass first (needed by a correction)
     old_logprobs: Literal["sampler", "trainer"] = "sampler"
+    # with rho = exp(trainer - sampler) per token: tis weighs each token's loss by
+    # min(rho, threshold); mis masks tokens with rho outside [1/threshold, threshold]
     correction: Correction = "none"
-    level: Level = "token"
+    level: Level = "token"  # sequence: rho is the product over the sequence's tokens
     threshold: float = Field(2.0, gt=1.0)
 
     @model_validator(mode="after")

@@ -25,10 +25,23 @@ Turns = list[tuple[str, str]]
 
 
 class ExperienceReplayAgent(LoRARLAgent):
-    def __init__(self, language_model: LanguageModel, system_prompt: str | None = None,
-                 temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 256,
-                 num_examples: int = 1, same_category: bool = True,
-                 memory_size: int = 256) -> None:
+    """The LoRA agent with earlier successes shown before each chat, as earlier turns of
+    the conversation: the in-context baseline an RL run is compared with (no weight
+    changes). Only training episodes add to the memory, once they have ended; evaluation
+    reads it. The memory is saved with each committed batch (agent_state/) and restored on
+    resume. Logs `replayed_examples`."""
+
+    def __init__(
+        self,
+        language_model: LanguageModel,
+        system_prompt: str | None = None,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 256,
+        num_examples: int = 1,  # the most recent successes shown before each episode
+        same_category: bool = True,  # only successes of the sample's category
+        memory_size: int = 256,  # successes kept, the oldest dropped first
+    ) -> None:
         super().__init__(language_model, system_prompt, temperature, top_p, max_new_tokens)
         if num_examples < 1:
             raise ValueError(f"num_examples must be at least 1, got {num_examples}")

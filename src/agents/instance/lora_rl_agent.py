@@ -21,12 +21,19 @@ from src.records.trajectory import Trajectory
 
 
 class LoRARLAgent(SamplingAgent):
+    """Samples each episode's replies from a language model and records them token-exact
+    (ids, log-probs, sampling temperature, policy version): the trainer scores exactly
+    what the model was fed. The supervised stage tokenises demonstrations the same way."""
+
     def __init__(
         self,
-        language_model: LanguageModel,
-        system_prompt: str | None = None,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
+        language_model: LanguageModel,  # the policy, or a rollout pool that serves it
+        system_prompt: str | None = None,  # rendered by the chat template before the chat
+        temperature: float = 1.0,  # 0: greedy (evaluation only: RL cannot train on it)
+        top_p: float = 1.0,  # must be 1 for RL training (the update refuses nucleus samples)
+        # the generation budget per turn; also Dr. GRPO's default `ppo.norm_length`. An
+        # episode whose next prompt plus this would not fit the model's context ends as
+        # `agent_context_limit`
         max_new_tokens: int = 256,
     ) -> None:
         self.language_model = language_model

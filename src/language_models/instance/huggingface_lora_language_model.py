@@ -50,15 +50,19 @@ SAMPLING_BLOCK = 256  # vocabulary entries per block of the two-level token draw
 
 
 class LoRASettings(BaseModel):
-    """The seed's `lora_config` block (PEFT LoraConfig fields)."""
+    """The `lora_config` block as LifelongAgentBench's configs write it (PEFT LoraConfig
+    fields). The adapter starts at zero, so the policy starts as the base model."""
 
     model_config = ConfigDict(extra="forbid")
 
-    r: int = 16
-    lora_alpha: int = 32
+    r: int = 16  # the adapter's rank
+    lora_alpha: int = 32  # the adapter's output is scaled by lora_alpha / r
+    # `all-linear` (every linear layer but the output head) or a list of module names
     target_modules: list[str] | str = "all-linear"
+    # only the cross-entropy losses (supervised stage, offline RCE warm-up) use it:
+    # sampling and the RL update run without it, so that the PPO ratio is 1 on policy
     lora_dropout: float = 0.0
-    bias: Literal["none", "all", "lora_only"] = "none"
+    bias: Literal["none", "all", "lora_only"] = "none"  # which biases train as well
     task_type: Literal["CAUSAL_LM"] = "CAUSAL_LM"
 
 
@@ -73,7 +77,7 @@ Dtype = Literal["auto", "bfloat16_where_native", "float32", "bfloat16", "float16
 
 def multiplies_bfloat16_natively(device: torch.device) -> bool:
     """A GPU, or a CPU with bf16 matrix instructions (AMX tiles or AVX512-BF16): there
-    bf16 matrix products run 2-8x faster than fp32 (measured here, docs/results)."""
+    bf16 matrix products run 2-8x faster than fp32 (docs/results.md, "Performance")."""
     if device.type == "cuda":
         return True
     return device.type == "cpu" and (torch.cpu._is_amx_tile_supported()
@@ -175,35 +179,53 @@ def _below(values: torch.Tensor, limit: torch.Tensor) -> torch.Tensor:
 
 
 class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
+    """The trained policy: a Hugging Face causal LM with a PEFT LoRA adapter, which samples
+    (each token with its log-prob), scores and trains. The LoRA parameters, their gradients
+    and the optimizer state are float32 whatever `dtype` is. A group's identical prompts,
+    and the prefix all of a call's prompts share (system prompt, task instructions), are
+    prefilled once. `prefix_caching`, `fused_sampling` and `shared_prefix_training` only
+    save time: none changes the results beyond rounding."""
+
     def __init__(
         self,
+        # `embedded:smollm2-135m` (SmolLM2-135M, installed with the package) or any
+        # Hugging Face hub name or model folder
         model_name_or_path: str = DEFAULT_MODEL,
+        # the chat template's role names for the `user` and `agent` turns (default: user,
+        # assistant)
         role_dict: dict[str, str] | None = None,
         lora_config: LoRASettings | None = None,
+        # the base weights', in which sampling and the trainer's forward and backward run.
+        # auto: fp32 on CPU, bf16 on CUDA; bfloat16_where_native: bf16 on CUDA and on CPUs
+        # with bf16 matrix instructions (AMX, AVX512-BF16), else fp32. In bf16 sampler and
+        # trainer log-probs differ by about 1e-2 a token: give the RL callback `mismatch:
+        # {old_logprobs: trainer, correction: tis}` (free when a batch is one step)
         dtype: Dtype = "auto",
-        device: str = "auto",
+        device: str = "auto",  # auto: cuda where torch sees a GPU, else cpu
+        # default: the model's max_position_embeddings; an episode whose next prompt and
+        # the agent's max_new_tokens would not fit ends as `agent_context_limit`
         max_context_tokens: int | None = None,
+        # a PEFT adapter folder to start from (an SFT stage's best/lora_weights); with
+        # `rollout.max_batches: 0` and `evaluation.at_start` a run only evaluates it
         adapter_path: str | None = None,
-        gradient_checkpointing: bool = False,
+        gradient_checkpointing: bool = False,  # less activation memory, more compute
+        # a multi-turn episode's next turn reuses its previous turn's keys and values and
+        # feeds only the new tokens; dropped whenever the weights change
         prefix_caching: bool = True,
+        # auto: grouped_sdpa on CPU (grouped key/value heads are not copied each step; a
+        # decode step is two small products over the cache), transformers' sdpa on CUDA;
+        # any transformers name works
         attn_implementation: str = "auto",
+        # bfloat16: fp32 weights, only the trainer's forward and backward under autocast
         training_autocast: Literal["none", "bfloat16"] = "none",
+        # decode from a copy whose LoRA layers that read one input (q/k/v, gate/up) run
+        # base weights and adapter down-projections as one stacked product, refreshed when
+        # the adapter changes (merging the adapter into bf16 weights would round it away)
         fused_sampling: bool = True,
+        # rows that share a prefix (a group's prompt) are scored as one packed sequence
+        # with the prefix once; log-probs and gradients match the plain path's to 1e-5
         shared_prefix_training: bool = True,
     ) -> None:
-        """`dtype` is the base weights' dtype, in which sampling and the trainer's forward
-        and backward run; the LoRA parameters, their gradients and the optimizer state are
-        float32 whatever it is. `auto`: float32 on a CPU (exact), bfloat16 on a GPU;
-        `bfloat16_where_native`: bfloat16 on a GPU and on a CPU with bf16 matrix
-        instructions (AMX or AVX512-BF16), float32 elsewhere. In bf16 the sampler's and
-        the trainer's log-probs differ (about 1e-2 per token): in RL, let the trainer
-        recompute the old log-probs (`mismatch: {old_logprobs: trainer}`).
-
-        `training_autocast: bfloat16` keeps fp32 weights and runs only `score` under
-        torch.autocast in bf16. `fused_sampling` decodes from a copy of the model whose
-        LoRA layers run base weight and adapter in one product each;
-        `shared_prefix_training` scores rows that share a prefix (a group's prompt) as one
-        packed sequence; neither changes the results beyond rounding."""
         self.model_name_or_path = model_name_or_path
         self.training_autocast = training_autocast
         self._gradient_checkpointing = gradient_checkpointing
@@ -556,7 +578,7 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
     def eval_mode(self) -> None:
         self.model.eval()
 
-    # The seed's method names.
+    # LifelongAgentBench's method names.
     def save_lora(self, directory: str | Path) -> None:
         self.save_adapter(Path(directory))
 

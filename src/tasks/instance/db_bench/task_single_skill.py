@@ -110,35 +110,48 @@ class _EpisodeState:
 
 
 class DBBenchSingleSkill(Task["DBBenchEpisode"]):
+    """DB-bench (LifelongAgentBench's single-skill SQL, from AgentBench): answer a question
+    about one table by running SQL statements in a private sandbox, one a round. A query is
+    correct when its final answer matches; a modification when its table matches the
+    reference SQL's; a malformed reply fails at once with `reward_incorrect`, and the
+    round limit scores `reward_timeout`. Metrics: `correct`, `format_error`,
+    `round_limit`, `sql_errors`, `skill/<skill>`, and on MySQL/MariaDB
+    `agentbench_md5_match`. The module docstring has the details."""
+
     def __init__(
         self,
+        # procedural: seeded tables and questions for the 22 skills; lifelong_agent_bench:
+        # LifelongAgentBench data (one of the next three); agentbench: the rows of an
+        # AgentBench jsonl in `data_file_path`, the same for every split (an evaluation
+        # set). Left out: lifelong_agent_bench where one of the next three is given
         source: Literal["procedural", "lifelong_agent_bench", "agentbench"] | None = None,
-        data_file_path: str | None = None,
-        skill_to_tasks_path: str | None = None,
+        data_file_path: str | None = None,  # entry_dict.json, or the AgentBench jsonl
+        skill_to_tasks_path: str | None = None,  # LifelongAgentBench's skill_to_tasks file
+        # LifelongAgentBench's nested component, built from one of its data files
         single_skill_task_generator: SingleSkillTaskGenerator | None = None,
-        skills: list[str] | None = None,
+        skills: list[str] | None = None,  # each sample draws one of them; default all
         num_train: int = 1024,
         num_validation: int = 64,
+        # a second held-out draw, for choosing the stopping step apart from the validation
+        # problems (procedural only: a data file's held-out rows are validation's)
         num_selection: int = 0,
-        seed: int | None = None,
-        random_seed: int | None = None,
+        seed: int | None = None,  # default 0
+        random_seed: int | None = None,  # LifelongAgentBench's name for `seed`
+        # the database each episode runs in: a fresh database or schema, with a user that
+        # can reach only it, dropped when the episode ends
         sandbox: SandboxSettings | None = None,
-        max_round: int = 3,
+        max_round: int = 3,  # replies an episode may take
         reward_correct: float = 1.0,
-        reward_incorrect: float = -0.1,
-        reward_timeout: float = -0.3,
+        reward_incorrect: float = -0.1,  # also a malformed reply
+        reward_timeout: float = -0.3,  # the round limit hit without an answer
+        # correct: a modification whose table is right when the round limit hits earns
+        # `reward_correct` (the table is graded, as in LifelongAgentBench); timeout: it is
+        # cut off like any other episode
         modification_correct_at_round_limit: Literal["correct", "timeout"] = "correct",
+        # held-out problem i (validation and selection) takes the i-th skill in turn (88
+        # problems: 4 of each of 22 skills), for per-skill figures with equal counts
         stratified_validation: bool = False,
     ) -> None:
-        """`source` left out: LifelongAgentBench data when a data file, a skill_to_tasks
-        file or a `single_skill_task_generator` (the seed's nested component) is given,
-        else procedural. `random_seed` is the seed's name for `seed` (default 0).
-        `stratified_validation`: validation sample i takes the i-th skill in turn (so 88
-        samples hold 4 of each of 22 skills) instead of a random one, for per-skill
-        figures with equal counts; the selection split is stratified the same way.
-        `num_selection`: problems of a second held-out draw, for choosing the stopping
-        step apart from the validation problems (procedural source only: a data file's
-        held-out rows are the validation split's)."""
         super().__init__(max_round=max_round)
         if seed is not None and random_seed is not None and seed != random_seed:
             raise ValueError(f"seed {seed} and random_seed {random_seed} differ: give one")

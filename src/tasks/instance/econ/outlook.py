@@ -2,7 +2,7 @@
 the price move that imbalance implies.
 
 The planner (`planner`) beats the rule policy by pricing in the month's imbalance: over the
-800 train states of econ_sft_compact.yaml the planner's share minus the rule's correlates
+800 train states of the compact prompt (seed 0) the planner's share minus the rule's correlates
 0.66 with it. A household that sees only its own money and the price cannot know it; this
 is the forecast a market report would print: the stock plus what the planned work makes,
 against the planned purchases at the money each household expects

@@ -15,13 +15,13 @@ Their standard deviations come from the per-episode values in runs.jsonl (`info`
 
 With `show_cash_on_hand`, the prompt also states the money the month leaves the household
 if it works and if it does not, in dollars and in goods at today's price: the quantity the
-rule policy's consumption share falls with (rank correlation -0.97 over the 400 train
-states of econ_sft.yaml), which the EconAgent prompt leaves to arithmetic. With
+rule policy's consumption share falls with (rank correlation -0.97 over 400 train
+states of the task's seed 0), which the EconAgent prompt leaves to arithmetic. With
 `compact_prompt` as well, the prompt is only the price, that line and a short question
 (`prompt.compact_household_prompt`). With `show_market_outlook`, either prompt also states
 the month's goods on sale, the purchases the households plan on the rule policy and the
 price move that imbalance implies (`outlook`): the figure the planner's gain over the rule
-follows (correlation 0.66 of its share shift on the train states of econ_sft_compact.yaml).
+follows (correlation 0.66 of its share shift on 800 train states of the compact prompt).
 
 The oracle (the demonstrations of a supervised stage) answers with the rule policy, or with
 `oracle_policy: planner` with the planner (`planner`): the best grid reply in expectation
@@ -90,21 +90,44 @@ ECONOMIES_CACHED = 32
 
 
 class EconDecisionTask(Task["EconEpisode"]):
+    """One household's monthly work and consumption decision in a seeded EconAgent economy
+    whose households have followed the rule policy so far, answered as strict JSON
+    `{"work": x, "consumption": y}`. The reward is the household's expected utility of
+    the month (src/tasks/instance/econ/reward.py has the formula and why); a format
+    failure scores -1.0, and an episode is correct when its reward is at least the rule
+    policy's. Categories: `low_skill`, `middle_skill`, `high_skill`. Metrics:
+    `json_parse_success`, `format_failure`, `work`, `consumption`, `valid_reward`,
+    `reward_vs_rule`. Study tools (a full simulation, replies against the rule, headroom
+    over it) are in experiments/econ_policy/."""
+
     def __init__(
         self,
-        seed: int = 0,
+        seed: int = 0,  # the economies and the samples drawn from them
         num_train: int = 256,
-        num_validation: int = 64,
-        num_economies: int = 8,
-        num_households: int = 100,
-        months: int = 120,
-        households_per_sample: int = 1,
+        num_validation: int = 64,  # validation economies have seeds of their own
+        num_economies: int = 8,  # economies per split; samples take them in turn
+        num_households: int = 100,  # per economy
+        months: int = 120,  # simulated per economy; a sample is one of them
+        households_per_sample: int = 1,  # > 1: the episode asks for each in turn
+        # the reward's CRRA parameters (src/tasks/instance/econ/reward.py)
         utility: UtilityParameters | None = None,
+        # k > 0: a prompt shows up to k of the best earlier training decisions in the
+        # nearest situations, from a memory of `few_shot_capacity`, filled as groups end;
+        # saved with the run's checkpoints (task_state/), so a resumed run prompts as the
+        # uninterrupted one would
         few_shot_examples: int = 0,
-        few_shot_capacity: int = 512,
+        few_shot_capacity: int = 512,  # decisions kept, the oldest dropped first
+        # the prompt also states the month's money, working and not, in dollars and in
+        # goods at today's price
         show_cash_on_hand: bool = False,
+        # with show_cash_on_hand: the prompt is only the price, that line and a short
+        # question (a third of the tokens)
         compact_prompt: bool = False,
+        # either prompt also states the month's goods on sale, the purchases the
+        # households plan and the price move that imbalance implies
         show_market_outlook: bool = False,
+        # the expert of a supervised stage. planner: the best grid reply in expectation
+        # over `planning_draws` other draws of the month, which beats the rule on average
         oracle_policy: Literal["rule", "planner"] = "rule",
         planning_draws: int = 8,
     ) -> None:

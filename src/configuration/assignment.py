@@ -158,6 +158,11 @@ class TrackersConfig(StrictModel):
     tensorboard: bool = True
     wandb: WandbConfig | None = None
     mlflow: MlflowConfig | None = None
+    # sampled episodes sent to the trackers as tables (W&B table, MLflow artifact table,
+    # TensorBoard text): at most this many of each evaluation split and logged batch; 0: none
+    episodes_per_table: NonNegativeInt = 8
+    # a training batch's episodes every this many batches (0: never)
+    train_episodes_every_n_batches: NonNegativeInt = 10
 
     @model_validator(mode="after")
     def _packages_installed(self) -> TrackersConfig:

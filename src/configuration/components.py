@@ -17,6 +17,7 @@ REGISTRY: dict[str, str] = {
     "math_problems": "src.tasks.instance.math_problems.task.MathProblemsTask",
     "db_bench_single_skill": "src.tasks.instance.db_bench.task_single_skill.DBBenchSingleSkill",
     "econ_decision": "src.tasks.instance.econ.task.EconDecisionTask",
+    "single_turn": "src.tasks.single_turn.SingleTurnTask",
     "oracle_agent": "src.agents.instance.oracle_agent.OracleAgent",
     "lora_rl_agent": "src.agents.instance.lora_rl_agent.LoRARLAgent",
     "openai_client_agent": "src.agents.instance.openai_client_agent.OpenAIClientAgent",

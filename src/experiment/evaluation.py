@@ -2,9 +2,10 @@
 
 An evaluation at step N rolls out the first `max_samples` samples of each held-out split
 once, `chunk` episodes at a time, at `temperature`, writes every episode to
-`evaluation_file(output_dir, N, split)` and returns their statistics under the split's
-prefix. Its seeds come from the run's `random_seed` and N alone, so the same weights
-evaluated again at the same step give the same replies.
+`evaluation_file(output_dir, N, split)` (and, given a metrics log, a sample of them to its
+trackers) and returns their statistics under the split's prefix. Its seeds come from the
+run's `random_seed` and N alone, so the same weights evaluated again at the same step give
+the same replies.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 
 from src.agents.agent import Agent
 from src.configuration.assignment import FaultPolicy
-from src.experiment.metrics import episode_statistics
+from src.experiment.metrics import MetricsLog, episode_statistics
 from src.experiment.rollout import episode_seed, roll_out_seeded
 from src.records.episode import EpisodeRecord
 from src.storage.files import atomic_write_text
@@ -59,9 +60,12 @@ class Evaluator:
     random_seed: int
     faults: FaultPolicy = field(default_factory=FaultPolicy)
 
-    def evaluate(self, step: int, output_dir: Path) -> dict[str, float]:
+    def evaluate(self, step: int, output_dir: Path, metrics: MetricsLog | None = None
+                 ) -> dict[str, float]:
         """Every split in turn, their figures together ({} for a split with no samples).
-        Every split draws the same episode seeds: the splits differ only in their samples."""
+        Every split draws the same episode seeds: the splits differ only in their samples.
+        `metrics`: where each split's table of sampled episodes goes (the caller logs the
+        figures returned)."""
         stats: dict[str, float] = {}
         for split in self.splits:
             records = self.roll_out(split, step)
@@ -70,6 +74,8 @@ class Evaluator:
             # Every episode, for statistics beyond the logged means (spreads, tables).
             atomic_write_text(evaluation_file(output_dir, step, split), "".join(
                 json.dumps(record.model_dump(mode="json")) + "\n" for record in records))
+            if metrics is not None:
+                metrics.log_episodes(step, split, records)
             prefix = EVALUATION_PREFIXES[split]
             stats.update(episode_statistics(records, prefix=prefix))
             stats.update(task_metrics(records, prefix))

@@ -23,15 +23,16 @@ from src.experiment.evaluation import Evaluator, task_metrics
 from src.experiment.metrics import MetricsLog, episode_statistics, summarize
 from src.experiment.rollout import episode_seed, roll_out_seeded
 from src.experiment.run_directory import RunDirectory, RunState
+from src.experiment.run_protocol import RunProtocol, Stateful
 from src.experiment.worker_thread import WorkerThread
 from src.records.episode import Episode, EpisodeRecord, Sample
 from src.storage.files import (
     JsonlLog,
 )
 from src.tasks.task import Task
+from src.training.checkpoints import CheckpointStore
 
 logger = logging.getLogger(__name__)
-CHECKPOINTS_KEPT = 3
 RETRY_SLOTS = 1_000_000  # a retried batch's episodes are seeded from this slot on
 
 
@@ -174,7 +175,7 @@ class ExperimentLoop:
         """Each of `evaluation.splits`; the callbacks see the figures (a best checkpoint may
         be chosen by one) before the batch's state is saved."""
         self._serve_latest_policy()  # whatever a pool's max_staleness: step `step`'s policy
-        stats = self.evaluator.evaluate(step, self.run.path)
+        stats = self.evaluator.evaluate(step, self.run.path, self.metrics)
         if stats:
             self.metrics.log(step, stats)
             for callback in self.components.callbacks.values():
@@ -185,34 +186,27 @@ class ExperimentLoop:
     def execute(self, state: RunState) -> dict:
         assignment = self.assignment
         callbacks = self.components.callbacks
-        # Cut the logs back to the last committed batch: the batch in flight is redone.
-        self.runs_log.truncate(state.runs_bytes)
-        self.metrics.jsonl.truncate(state.metrics_bytes)
         task = self.task
         schedule = Schedule.build(task.sample_ids("train"), assignment)
         total = len(schedule.batches)
         # Each callback's checkpoints, then the task family's (and the agent's, if it keeps
         # state): one store each.
-        stores = [self.run.callback_store(callback_id) for callback_id in callbacks]
-        stores.append(self.run.task_store())
-        owners: list[Any] = [*callbacks.values(), task]
+        parts: list[tuple[CheckpointStore, Stateful]] = [
+            (self.run.callback_store(callback_id), callback)
+            for callback_id, callback in callbacks.items()]
+        parts.append((self.run.task_store(), task))
         if self.components.agent.has_state:
-            stores.append(self.run.agent_store())
-            owners.append(self.components.agent)
-        committed = state.completed_batches
+            parts.append((self.run.agent_store(), self.components.agent))
+        protocol = RunProtocol(self.run, self.metrics.jsonl, parts, self.runs_log)
         for callback in callbacks.values():
             callback.on_run_start(total, assignment.rollout.batch_size
-                                 * assignment.rollout.group_size)
-        for store, owner in zip(stores, owners, strict=True):
-            store.prune(CHECKPOINTS_KEPT, committed)
-            if committed > 0:
-                store.promote_best(committed)  # a kill may have come between commit and copy
-                owner.restore_state(store.path(committed))
+                                  * assignment.rollout.group_size)
+        # The logs cut back to the last committed batch: the batch in flight is redone.
+        protocol.restore(state)
         evaluation = assignment.evaluation
         if state.completed_batches == 0 and evaluation.at_start and state.metrics_bytes == 0:
             self.evaluate(step=0)
-            state = state.model_copy(update={"metrics_bytes": self.metrics.jsonl.size})
-            self.run.write_state(state)
+            protocol.logged_start()
 
         group_size = assignment.rollout.group_size
         skipped_in_a_row = 0
@@ -247,6 +241,7 @@ class ExperimentLoop:
                 self.runs_log.append(record.model_dump(mode="json") for record in records)
 
                 step = batch_index + 1
+                self.metrics.log_batch_episodes(step, records)
                 metrics.update(episode_statistics(records, prefix="rollout/"))
                 metrics.update(task_metrics(records, "rollout/"))
                 context = BatchContext(batch_index, trained, group_size)
@@ -262,15 +257,7 @@ class ExperimentLoop:
                         wait([ahead])
                     self.evaluate(step)
 
-                for store, owner in zip(stores, owners, strict=True):
-                    with store.write(step) as folder:
-                        owner.save_state(folder)
-                state = RunState(completed_batches=step, runs_bytes=self.runs_log.size,
-                                 metrics_bytes=self.metrics.jsonl.size)
-                self.run.write_state(state)  # the commit point
-                for store in stores:  # best/ only from a committed batch
-                    store.promote_best(step)
-                    store.prune(CHECKPOINTS_KEPT, step)
+                protocol.commit(step)
                 progress.update(1)
                 progress.set_postfix(reward=f"{metrics.get('rollout/reward', 0.0):.3f}",
                                      success=f"{metrics.get('rollout/success_rate', 0.0):.2f}")
@@ -286,6 +273,5 @@ class ExperimentLoop:
 
         records = [EpisodeRecord.model_validate(row) for row in self.runs_log.read()]
         summary = summarize(records)
-        self.run.write_summary(summary)
-        self.run.write_state(state.model_copy(update={"finished": True}))
+        protocol.finish(summary)
         return summary

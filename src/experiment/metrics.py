@@ -1,4 +1,5 @@
-"""Metrics: per-batch rollout statistics, jsonl + tracker logging, the run summary."""
+"""Metrics: per-batch rollout statistics, jsonl + tracker logging (with tables of sampled
+episodes), the run summary."""
 
 from __future__ import annotations
 
@@ -6,12 +7,21 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from src.configuration.assignment import TrackersConfig
-from src.experiment.trackers import Tracker, open_trackers
+from src.experiment.trackers import (
+    Tracker,
+    last_episodes_logged,
+    mark_episodes_logged,
+    open_trackers,
+)
 from src.records.episode import EpisodeRecord, EpisodeStatus, count_successes
 from src.storage.files import JsonlLog
+
+CHAT_CHARACTERS = 16_000  # a table's chat text is cut to this: trackers hold tables whole
+
+T = TypeVar("T")
 
 
 def episode_statistics(records: Sequence[EpisodeRecord], prefix: str = "") -> dict[str, float]:
@@ -47,6 +57,29 @@ def summarize(records: Iterable[EpisodeRecord]) -> dict[str, Any]:
     }
 
 
+def spread(items: Sequence[T], count: int) -> list[T]:
+    """At most `count` items at evenly spaced positions, the first and the last among them:
+    an evaluation's (in sample order) are the same problems at every step, a batch's cover
+    its groups."""
+    if len(items) <= count or count <= 1:
+        return list(items[:count])
+    step = (len(items) - 1) / (count - 1)
+    return [items[round(index * step)] for index in range(count)]
+
+
+def chat_text(record: EpisodeRecord) -> str:
+    text = "\n".join(f"[{message.role.value}]\n{message.content}" for message in record.chat)
+    if len(text) <= CHAT_CHARACTERS:
+        return text
+    return f"{text[:CHAT_CHARACTERS]}\n[... {len(text) - CHAT_CHARACTERS} characters cut]"
+
+
+def episode_row(step: int, record: EpisodeRecord) -> list[Any]:
+    """A row of the trackers' EPISODE_COLUMNS."""
+    return [step, record.sample_id, record.group_index, record.category, record.status.value,
+            record.outcome.value, record.reward, record.turns, chat_text(record)]
+
+
 class MetricsLog:
     """metrics.jsonl (one row per logged step), mirrored to the configured trackers
     (TensorBoard by default), which are opened at the first row."""
@@ -60,10 +93,33 @@ class MetricsLog:
     def log(self, step: int, metrics: dict[str, float]) -> None:
         clean = {key: float(value) for key, value in metrics.items()}
         self.jsonl.append([{"step": step, **clean}])
+        for tracker in self._opened():
+            tracker.log(step, clean)
+
+    def log_episodes(self, step: int, name: str, records: Sequence[EpisodeRecord]) -> None:
+        """A spread of `records` as the trackers' table `episodes/<name>` at `step`, unless
+        that table was logged at this step or a later one (a batch redone on resume)."""
+        trackers = self._opened()
+        last = last_episodes_logged(self._output_dir, name)
+        if not trackers or not records or self._settings.episodes_per_table == 0 or (
+                last is not None and last >= step):
+            return
+        rows = [episode_row(step, record)
+                for record in spread(records, self._settings.episodes_per_table)]
+        for tracker in trackers:
+            tracker.log_episodes(step, name, rows)
+        mark_episodes_logged(self._output_dir, name, step)
+
+    def log_batch_episodes(self, step: int, records: Sequence[EpisodeRecord]) -> None:
+        """A training batch's table `episodes/train`, every `train_episodes_every_n_batches`."""
+        every = self._settings.train_episodes_every_n_batches
+        if every and step % every == 0:
+            self.log_episodes(step, "train", records)
+
+    def _opened(self) -> list[Tracker]:
         if self._trackers is None:
             self._trackers = open_trackers(self._settings, self._output_dir)
-        for tracker in self._trackers:
-            tracker.log(step, clean)
+        return self._trackers
 
     def close(self) -> None:
         for tracker in self._trackers or []:

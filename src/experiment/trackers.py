@@ -1,9 +1,12 @@
 """Experiment trackers: each metrics row also goes to TensorBoard, Weights & Biases and
-MLflow as the config asks (metrics.jsonl stays the record a resume cuts back).
+MLflow as the config asks (metrics.jsonl stays the record a resume cuts back), and so do
+tables of sampled episodes: TensorBoard text entries, a W&B table a step, one MLflow
+artifact table a split (`episodes/<name>.json`, a `step` column).
 
 A resumed run continues the same W&B and MLflow runs: their ids are kept in
 OUTPUT_DIR/trackers.json. A batch redone after a kill logs its step again; TensorBoard and
-MLflow keep both values, W&B ignores a step it has seen.
+MLflow keep both values, W&B ignores a step it has seen. Episode tables are logged once a
+step: trackers.json also keeps the last step logged of each table.
 """
 
 from __future__ import annotations
@@ -12,16 +15,22 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from src.configuration.assignment import MlflowConfig, TrackersConfig, WandbConfig
 from src.storage.files import atomic_write_json
 
 IDS_FILE = "trackers.json"
+EPISODES_KEY = "episodes_logged"  # in IDS_FILE: {table name: the last step logged}
+EPISODE_COLUMNS = ["step", "sample_id", "group_index", "category", "status", "outcome",
+                   "reward", "turns", "chat"]
 
 
 class Tracker(Protocol):
     def log(self, step: int, metrics: dict[str, float]) -> None: ...
+
+    def log_episodes(self, step: int, name: str, rows: list[list[Any]]) -> None:
+        """Rows of EPISODE_COLUMNS as the table `episodes/<name>` at `step`."""
 
     def close(self) -> None: ...
 
@@ -35,6 +44,18 @@ class TensorBoardTracker:
     def log(self, step: int, metrics: dict[str, float]) -> None:
         for key, value in metrics.items():
             self._writer.add_scalar(key, value, global_step=step)
+        self._writer.flush()
+
+    def log_episodes(self, step: int, name: str, rows: list[list[Any]]) -> None:
+        # Indented lines are a markdown code block: what the model wrote shows verbatim.
+        blocks = []
+        for row in rows:
+            fields = dict(zip(EPISODE_COLUMNS, row, strict=True))
+            header = " · ".join(f"{key} {fields[key]}" for key in EPISODE_COLUMNS[:-1])
+            blocks.append("\n".join(f"    {line}"
+                                    for line in [header, "", *fields["chat"].splitlines()]))
+        self._writer.add_text(f"episodes/{name}", "\n\n---\n\n".join(blocks),
+                              global_step=step)
         self._writer.flush()
 
     def close(self) -> None:
@@ -57,6 +78,12 @@ class WandbTracker:
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self._run.log(metrics, step=step)
 
+    def log_episodes(self, step: int, name: str, rows: list[list[Any]]) -> None:
+        import wandb
+
+        self._run.log({f"episodes/{name}": wandb.Table(columns=EPISODE_COLUMNS, data=rows)},
+                      step=step)
+
     def close(self) -> None:
         import wandb
 
@@ -74,11 +101,18 @@ class MlflowTracker:
         from mlflow.tracking import MlflowClient
 
         uri = settings.tracking_uri or f"sqlite:///{(output_dir / 'mlflow.db').resolve()}"
+        # The local store's artifacts (episode tables) stay in the run folder; MLflow's
+        # default is ./mlruns in the working directory.
+        artifacts = (None if settings.tracking_uri
+                     else (output_dir / "mlflow-artifacts").resolve().as_uri())
         self._client = MlflowClient(tracking_uri=uri)
+        # log_table reads the table back to append a step: no progress bar in the run's log
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
         if run_id is None:
             experiment = self._client.get_experiment_by_name(settings.experiment)
             experiment_id = (experiment.experiment_id if experiment is not None
-                             else self._client.create_experiment(settings.experiment))
+                             else self._client.create_experiment(settings.experiment,
+                                                                 artifact_location=artifacts))
             run_id = self._client.create_run(experiment_id,
                                              run_name=output_dir.name).info.run_id
         self.run_id = run_id
@@ -90,14 +124,24 @@ class MlflowTracker:
         self._client.log_batch(self.run_id, metrics=[
             Metric(key, value, now, step) for key, value in metrics.items()])
 
+    def log_episodes(self, step: int, name: str, rows: list[list[Any]]) -> None:
+        # log_table appends to the artifact table of an earlier step
+        self._client.log_table(self.run_id, data={
+            column: [row[index] for row in rows] for index, column in enumerate(EPISODE_COLUMNS)},
+            artifact_file=f"episodes/{name}.json")
+
     def close(self) -> None:
         self._client.set_terminated(self.run_id)
 
 
+def _read_ids(output_dir: Path) -> dict[str, Any]:
+    path = output_dir / IDS_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
 def open_trackers(settings: TrackersConfig, output_dir: Path) -> list[Tracker]:
     """The configured trackers, attached to the run's earlier tracker runs if any."""
-    ids_path = output_dir / IDS_FILE
-    ids = json.loads(ids_path.read_text(encoding="utf-8")) if ids_path.is_file() else {}
+    ids = _read_ids(output_dir)
     trackers: list[Tracker] = []
     if settings.tensorboard:
         trackers.append(TensorBoardTracker(output_dir / "tensorboard"))
@@ -110,5 +154,16 @@ def open_trackers(settings: TrackersConfig, output_dir: Path) -> list[Tracker]:
         ids["mlflow"] = mlflow_tracker.run_id
         trackers.append(mlflow_tracker)
     if ids:
-        atomic_write_json(ids_path, ids)
+        atomic_write_json(output_dir / IDS_FILE, ids)
     return trackers
+
+
+def last_episodes_logged(output_dir: Path, name: str) -> int | None:
+    """The last step whose `name` episode table went to the trackers (None: none yet)."""
+    return _read_ids(output_dir).get(EPISODES_KEY, {}).get(name)
+
+
+def mark_episodes_logged(output_dir: Path, name: str, step: int) -> None:
+    ids = _read_ids(output_dir)
+    ids.setdefault(EPISODES_KEY, {})[name] = step
+    atomic_write_json(output_dir / IDS_FILE, ids)

@@ -1,4 +1,5 @@
-"""A mean with its 95% percentile bootstrap interval (10,000 resamples, a fixed seed)."""
+"""A mean with its 95% percentile bootstrap interval (10,000 resamples, a fixed seed); a
+success rate with its 95% Wilson interval."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import statistics
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import bootstrap
+from scipy.stats import binomtest, bootstrap
 
 RESAMPLES = 10_000
 CONFIDENCE = 0.95
@@ -33,3 +34,11 @@ def mean_with_interval(values: list[float], seed: int = 0) -> MeanInterval:
                        rng=np.random.default_rng(seed))
     interval = result.confidence_interval
     return MeanInterval(statistics.fmean(values), float(interval.low), float(interval.high))
+
+
+def success_with_interval(successes: int, trials: int) -> str:
+    """`p% [low, high] (k/n)`: the 95% Wilson interval of a success rate."""
+    interval = binomtest(successes, trials).proportion_ci(confidence_level=CONFIDENCE,
+                                                          method="wilson")
+    return (f"{100 * successes / trials:.1f}% [{100 * interval.low:.1f}, "
+            f"{100 * interval.high:.1f}] ({successes}/{trials})")

@@ -97,7 +97,7 @@ def train(plan: OfflineTrainingPlan, groups: list[ScoredGroup], run: RunDirector
 
 
 def _validation(plan: OfflineTrainingPlan, language_model: TrainableLanguageModel,
-                output_dir: Path) -> tuple[Callable[[int], dict[str, float]] | None, list[Task]]:
+                output_dir: Path) -> tuple[Callable[..., dict[str, float]] | None, list[Task]]:
     """The evaluation hook (validation accuracy etc. at an epoch) and the task family it
     uses (in a list: none without evaluation)."""
     offline = plan.config.offline_training_config

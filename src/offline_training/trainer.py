@@ -31,11 +31,12 @@ from tqdm import tqdm
 
 from src.experiment.metrics import MetricsLog
 from src.experiment.run_directory import RunDirectory, RunState
+from src.experiment.run_protocol import RunProtocol
 from src.language_models.language_model import TrainableLanguageModel
 from src.offline_training.config import OfflineTrainingConfig
 from src.offline_training.groups import ScoredGroup, tokenize_groups
-from src.storage.files import atomic_directory, remove_stale_temporaries
-from src.training.checkpoints import TRAINING_STEP, CheckpointStore, mark_best
+from src.storage.files import atomic_directory
+from src.training.checkpoints import TRAINING_STEP, CheckpointStore, improves, mark_best
 from src.training.kl import kl_penalty
 from src.training.kl_control import KLController
 from src.training.learner import Learner, Objective, StepResult
@@ -52,7 +53,6 @@ from src.training.settings import OptimizerSettings
 from src.training.token_metrics import TokenMetrics
 from src.training.token_rows import TokenRows
 
-CHECKPOINTS_KEPT = 3
 Phase = Literal["rce", "grpo"]
 MARGIN = "logp_margin/best_minus_worst"
 
@@ -63,15 +63,13 @@ def is_new_best(best: dict[str, float] | None, margin: float | None, kl: float,
     after the epoch) stays within the band's upper edge `kl_limit`, the one with the largest
     best-vs-worst margin; an earlier epoch wins a tie. Where no epoch qualifies there is no
     best/: a larger margin bought by drifting far from the base model is not trusted."""
-    if margin is None or kl > kl_limit:
-        return False
-    return best is None or margin > best[MARGIN]
+    return kl <= kl_limit and improves(margin, None if best is None else best[MARGIN])
 
 
 class OfflineGroupTrainer:
     def __init__(self, config: OfflineTrainingConfig, language_model: TrainableLanguageModel,
                  groups: list[ScoredGroup], output_dir: Path,
-                 evaluate: Callable[[int], dict[str, float]] | None = None,
+                 evaluate: Callable[..., dict[str, float]] | None = None,
                  show_progress: bool = True) -> None:
         self.config = config
         self.model = language_model
@@ -92,6 +90,7 @@ class OfflineGroupTrainer:
         self.steps_per_epoch = math.ceil(len(groups) / config.training.groups_per_step)
         self.total_epochs = config.warmup.epochs + grpo.epochs
         self.best: dict[str, float] | None = None
+        self.epoch = 0  # the last epoch trained
         self.reference: list[torch.Tensor] = []
         self.old: list[torch.Tensor] = []
         self.phase: Phase | None = None
@@ -103,21 +102,15 @@ class OfflineGroupTrainer:
     def train(self, run: RunDirectory, state: RunState) -> dict:
         """Train the epochs after the last committed one (`state.completed_batches` counts
         epochs here), committing each with its checkpoint; return the run's summary."""
-        self.metrics.jsonl.truncate(state.metrics_bytes)  # drop rows of an unfinished epoch
-        remove_stale_temporaries(self.state_dir)
-        done = state.completed_batches
-        self.store.prune(CHECKPOINTS_KEPT, done)
-        if done:
-            self.store.promote_best(done)  # in case the run was killed right after committing
-            self._restore(done)
+        protocol = RunProtocol(run, self.metrics.jsonl, [(self.store, self)])
+        done = protocol.restore(state)  # drops rows and checkpoints of an unfinished epoch
         # The base model never changes: its log-probs are taken once, before any update.
         self.reference = self._frozen("reference_logprobs",
                                       lambda: self._score(with_adapter=False))
         if done == 0 and state.metrics_bytes == 0:
             metrics = self._measure() | {"kl_coef": self.kl.beta}
             self._log(0, metrics)
-            state = RunState(metrics_bytes=self.metrics.jsonl.size)
-            run.write_state(state)
+            protocol.logged_start()
 
         progress = tqdm(total=self.total_epochs * self.steps_per_epoch,
                         initial=done * self.steps_per_epoch, unit="step",
@@ -136,18 +129,14 @@ class OfflineGroupTrainer:
                     self.kl.update(measured["kl"])  # the band rule, once per epoch
                 self._consider_best(epoch, measured)
                 self._log(epoch, metrics | measured)
-                self._save_checkpoint(epoch)
-                state = RunState(completed_batches=epoch, metrics_bytes=self.metrics.jsonl.size)
-                run.write_state(state)
-                self.store.promote_best(epoch)
-                self.store.prune(CHECKPOINTS_KEPT, epoch)
+                self.epoch = epoch
+                protocol.commit(epoch)
         finally:
             progress.close()
             self.metrics.close()
         summary = {"epochs": self.total_epochs, "best": self.best,
                    "final": self.metrics.jsonl.read()[-1]}
-        run.write_summary(summary)
-        run.write_state(state.model_copy(update={"finished": True}))
+        protocol.finish(summary)
         return summary
 
     def _phase_of(self, epoch: int) -> Phase:
@@ -157,7 +146,7 @@ class OfflineGroupTrainer:
         if self.evaluate is not None:
             # Sampling reseeds torch; training's dropout must not depend on evaluation.
             with torch.random.fork_rng():
-                metrics = metrics | self.evaluate(epoch)
+                metrics = metrics | self.evaluate(epoch, metrics=self.metrics)
         self.metrics.log(epoch, metrics)
 
     # ---- scoring -------------------------------------------------------------------
@@ -304,22 +293,22 @@ class OfflineGroupTrainer:
         if is_new_best(self.best, margin, measured["kl"], self.config.grpo.kl_band_high):
             self.best = {"epoch": epoch, MARGIN: margin, "kl": measured["kl"]}
 
-    def _save_checkpoint(self, epoch: int) -> None:
-        with self.store.write(epoch) as folder:
-            self.learner.save(folder, {"epoch": epoch, "phase": self.phase,
-                                       "kl_coef": self.kl.beta, "best": self.best})
-            if self.best is not None and self.best["epoch"] == epoch:
-                mark_best(folder, self.best | {
-                    "rule": f"largest {MARGIN} among epochs with kl <= "
-                            f"{self.config.grpo.kl_band_high}"})
+    # ---- state, as the run protocol saves and restores it -----------------------------
+    def save_state(self, directory: Path) -> None:
+        self.learner.save(directory, {"epoch": self.epoch, "phase": self.phase,
+                                      "kl_coef": self.kl.beta, "best": self.best})
+        if self.best is not None and self.best["epoch"] == self.epoch:
+            mark_best(directory, self.best | {
+                "rule": f"largest {MARGIN} among epochs with kl <= "
+                        f"{self.config.grpo.kl_band_high}"})
 
-    def _restore(self, epoch: int) -> None:
-        folder = self.store.path(epoch)
-        phase = json.loads((folder / TRAINING_STEP).read_text(encoding="utf-8"))["phase"]
+    def restore_state(self, directory: Path) -> None:
+        saved = json.loads((directory / TRAINING_STEP).read_text(encoding="utf-8"))
+        self.epoch, phase = saved["epoch"], saved["phase"]
         # Mid-phase, the optimiser goes on where it stopped; a new phase starts afresh.
-        mid_phase = epoch < self.total_epochs and self._phase_of(epoch + 1) == phase
+        mid_phase = self.epoch < self.total_epochs and self._phase_of(self.epoch + 1) == phase
         if mid_phase:
             self._enter_phase(phase)
-        state = self.learner.restore(folder, restore_optimizer=mid_phase)
+        state = self.learner.restore(directory, restore_optimizer=mid_phase)
         self.kl.beta = state["kl_coef"]
         self.best = state["best"]

@@ -56,20 +56,23 @@ def _points(rows: list[dict[str, float]], key: str) -> list[tuple[float, float]]
     return [(row["step"], row[key]) for row in rows if key in row]
 
 
+def step_axis_label(rows: list[dict[str, float]]) -> str:
+    # offline group training logs one row per epoch; online runs one per batch
+    offline = any("logp_margin/best_minus_worst" in row for row in rows)
+    return "epoch (0 = before training)" if offline else "training step (batches)"
+
+
 def plot(output_dir: Path) -> list[Path]:
     rows = load_metrics(output_dir)
     folder = output_dir / "report"
     folder.mkdir(exist_ok=True)
     written = []
-    # offline group training logs one row per epoch; online runs one per batch
-    offline = any("logp_margin/best_minus_worst" in row for row in rows)
-    step_label = "epoch (0 = before training)" if offline else "training step (batches)"
     for name, keys, label in CURVES:
         series = {key: _points(rows, key) for key in keys}
         series = {key: points for key, points in series.items() if points}
         if series:
             written.append(folder / f"{name}.png")
-            _draw(written[-1], f"{name}: {output_dir.name}", series, step_label, label)
+            _draw(written[-1], f"{name}: {output_dir.name}", series, step_axis_label(rows), label)
     return written
 
 

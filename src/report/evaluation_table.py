@@ -15,8 +15,8 @@ import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from src.maths.intervals import success_with_interval
 from src.records.episode import EpisodeRecord, count_successes
-from src.report.run_end import success_with_interval
 from src.storage.files import read_validated_json_lines
 
 ALL = "all"

@@ -19,9 +19,10 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from src.maths.intervals import mean_with_interval
+from src.maths.intervals import MeanInterval, mean_with_interval
 from src.records.episode import EpisodeRecord, count_successes
 from src.storage.files import read_validated_json_lines
 
@@ -53,6 +54,36 @@ def measures_by_sample(path: Path, measure: Callable[[EpisodeRecord], float | No
     return values
 
 
+@dataclass(frozen=True)
+class PairedDifference:
+    """A measure on the same samples before and after, over the samples with it on both."""
+
+    pairs: int
+    left_out: int  # samples without the measure on a side
+    before: float  # the means over the pairs
+    after: float
+    difference: MeanInterval  # after - before, 95% bootstrap
+    up: int
+    down: int
+    same: int
+
+
+def paired_difference(before: dict[str, float | None], after: dict[str, float | None]
+                      ) -> PairedDifference | None:
+    """The samples of `before` paired with `after`'s (which holds them all); None where
+    fewer than 2 have the measure on both sides, too few for an interval."""
+    pairs = [(before[s], after[s]) for s in sorted(before)
+             if before[s] is not None and after[s] is not None]
+    if len(pairs) < 2:
+        return None
+    differences = [b_after - b_before for b_before, b_after in pairs]
+    return PairedDifference(
+        len(pairs), len(before) - len(pairs), statistics.fmean(p[0] for p in pairs),
+        statistics.fmean(p[1] for p in pairs), mean_with_interval(differences),
+        sum(d > 0 for d in differences), sum(d < 0 for d in differences),
+        sum(d == 0 for d in differences))
+
+
 def paired_comparison(before: Path, after: Path, measure_name: str = SUCCESS) -> str:
     measure = measure_of(measure_name)
     before_values = measures_by_sample(before, measure)
@@ -61,20 +92,17 @@ def paired_comparison(before: Path, after: Path, measure_name: str = SUCCESS) ->
         only = sorted(set(before_values) ^ set(after_values))
         raise ValueError(f"{before} and {after} evaluate different samples "
                          f"({len(only)} in one only, such as {only[0]})")
-    pairs = [(before_values[s], after_values[s]) for s in sorted(before_values)
-             if before_values[s] is not None and after_values[s] is not None]
-    if len(pairs) < 2:
-        raise ValueError(f"{before} and {after}: {len(pairs)} samples have {measure_name} "
+    paired = paired_difference(before_values, after_values)
+    if paired is None:
+        having = sum(before_values[s] is not None and after_values[s] is not None
+                     for s in before_values)
+        raise ValueError(f"{before} and {after}: {having} samples have {measure_name} "
                          "on both sides, an interval needs at least 2")
-    left_out = len(before_values) - len(pairs)
-    differences = [b_after - b_before for b_before, b_after in pairs]
-    return (f"{measure_name}, {len(pairs)} pairs ({left_out} samples without it on a side):\n"
-            f"  before {statistics.fmean(p[0] for p in pairs):.4g}, "
-            f"after {statistics.fmean(p[1] for p in pairs):.4g}\n"
-            f"  difference (after - before) {mean_with_interval(differences)} "
-            f"(95% bootstrap)\n"
-            f"  up {sum(d > 0 for d in differences)}, down {sum(d < 0 for d in differences)}, "
-            f"same {sum(d == 0 for d in differences)}\n")
+    return (f"{measure_name}, {paired.pairs} pairs ({paired.left_out} samples without it on "
+            f"a side):\n"
+            f"  before {paired.before:.4g}, after {paired.after:.4g}\n"
+            f"  difference (after - before) {paired.difference} (95% bootstrap)\n"
+            f"  up {paired.up}, down {paired.down}, same {paired.same}\n")
 
 
 def single_mean(path: Path, measure_name: str = SUCCESS) -> str:

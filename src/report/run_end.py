@@ -1,24 +1,18 @@
 """What a run prints when it ends: the held-out evaluation at its first and last step with
-95% Wilson intervals, the best checkpoint, and where its curves are (drawn now, so that no
-second command is needed; `python -m src.report` draws them for any run)."""
+95% Wilson intervals, the best checkpoint, and where its curves and run page are (written
+now, so that no second command is needed; `python -m src.report` writes them for any
+run)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from scipy.stats import binomtest
-
+from src.maths.intervals import success_with_interval
 from src.report.curves import load_metrics, write_report
+from src.report.run_page import write_run_page
 
 SUCCESS, EPISODES = "eval/success_rate", "eval/episodes"
-
-
-def success_with_interval(successes: int, trials: int) -> str:
-    """`p% [low, high] (k/n)`: the 95% Wilson interval of a success rate."""
-    interval = binomtest(successes, trials).proportion_ci(confidence_level=0.95, method="wilson")
-    return (f"{100 * successes / trials:.1f}% [{100 * interval.low:.1f}, "
-            f"{100 * interval.high:.1f}] ({successes}/{trials})")
 
 
 def describe_success(row: dict[str, float], prefix: str = "eval/") -> str:
@@ -34,7 +28,8 @@ def evaluation_line(row: dict[str, float], split: str = "validation") -> str:
             f"{describe_success(row, prefix)}")
 
 
-def end_of_run_report(output_dir: Path) -> str:
+def end_lines(output_dir: Path) -> list[str]:
+    """The held-out evaluation at the first and last step, and the best checkpoints."""
     rows = load_metrics(output_dir)
     evaluated = [row for row in rows if SUCCESS in row and row.get(EPISODES, 0) > 0]
     if evaluated:
@@ -47,8 +42,15 @@ def end_of_run_report(output_dir: Path) -> str:
             output_dir.glob("*/best/best.json")):
         record = json.loads(marker.read_text(encoding="utf-8"))
         lines.append(f"best checkpoint: {marker.parent} {json.dumps(record)}")
+    return lines
+
+
+def end_of_run_report(output_dir: Path) -> str:
+    lines = end_lines(output_dir)
     written = write_report(output_dir)
+    page = write_run_page(output_dir, lines)
     curves = [path.name for path in written if path.suffix == ".png"]
     lines.append(f"curves: {output_dir / 'report'} ({', '.join(curves)}); "
                  f"first and last values: {output_dir / 'report' / 'summary.md'}")
+    lines.append(f"run page (curves, episodes, checkpoints compared): {page}")
     return "\n".join(lines)

@@ -29,16 +29,14 @@ from tqdm import tqdm
 
 from src.experiment.metrics import MetricsLog
 from src.experiment.run_directory import RunDirectory, RunState
+from src.experiment.run_protocol import RunProtocol
 from src.language_models.language_model import TrainableLanguageModel
-from src.storage.files import remove_stale_temporaries
 from src.supervised_training.config import SupervisedTrainingConfig
-from src.training.checkpoints import CheckpointStore, mark_best
+from src.training.checkpoints import CheckpointStore, improves, mark_best
 from src.training.learner import Learner, StepResult
 from src.training.objectives import CrossEntropyObjective
 from src.training.token_metrics import TokenMetrics
 from src.training.token_rows import TokenRows
-
-CHECKPOINTS_KEPT = 3
 
 
 def length_bucketed_batches(lengths: Sequence[int], batch_size: int, window_batches: int,
@@ -59,7 +57,7 @@ def length_bucketed_batches(lengths: Sequence[int], batch_size: int, window_batc
 class SupervisedTrainer:
     def __init__(self, config: SupervisedTrainingConfig, language_model: TrainableLanguageModel,
                  rows: TokenRows, output_dir: Path,
-                 evaluate: Callable[[int], dict[str, float]] | None = None,
+                 evaluate: Callable[..., dict[str, float]] | None = None,
                  show_progress: bool = True) -> None:
         self.config = config
         self.model = language_model
@@ -80,25 +78,19 @@ class SupervisedTrainer:
         self.learner.schedule(self.total_steps)  # warmup_ratio and lr_schedule as configured
         self.objective = CrossEntropyObjective("token-mean")
         self.best: dict[str, Any] | None = None
+        self.step = 0  # the last optimiser step taken
 
     def train(self, run: RunDirectory, state: RunState) -> dict:
         """Train the steps after the last committed one (`state.completed_batches` counts
         optimiser steps here), committing as configured; return the run's summary."""
-        self.metrics.jsonl.truncate(state.metrics_bytes)  # drop rows after the commit point
-        remove_stale_temporaries(self.store.root)
-        done = state.completed_batches
-        self.store.prune(CHECKPOINTS_KEPT, done)
-        if done:
-            self.store.promote_best(done)  # in case the run was killed right after committing
-            extra = self.learner.restore(self.store.path(done))
-            self.best = extra["best"]
-        elif state.metrics_bytes == 0:
+        protocol = RunProtocol(run, self.metrics.jsonl, [(self.store, self)])
+        done = protocol.restore(state)
+        if done == 0 and state.metrics_bytes == 0:
             evaluation = self.config.evaluation
             self._log(0, {"demonstrations": float(len(self.rows)),
                           "demonstration_tokens": float(self.rows.batch.loss_mask.sum())},
                       evaluation is not None and evaluation.at_start)
-            state = RunState(metrics_bytes=self.metrics.jsonl.size)
-            run.write_state(state)
+            protocol.logged_start()
 
         steps: list[StepResult] = []
         token_metrics = TokenMetrics()
@@ -123,11 +115,8 @@ class SupervisedTrainer:
                            "agent_tokens_per_s": tokens / (time.perf_counter() - started)}
                 metrics |= {f"train/{key}": value for key, value in token_metrics.means().items()}
                 self._log(step, metrics, self._evaluation_due(step))
-                self._save_checkpoint(step)
-                state = RunState(completed_batches=step, metrics_bytes=self.metrics.jsonl.size)
-                run.write_state(state)
-                self.store.promote_best(step)
-                self.store.prune(CHECKPOINTS_KEPT, step)
+                self.step = step
+                protocol.commit(step)
                 steps, token_metrics = [], TokenMetrics()
                 started, tokens = time.perf_counter(), 0
         finally:
@@ -135,8 +124,7 @@ class SupervisedTrainer:
             self.metrics.close()
         summary = {"steps": self.total_steps, "best": self.best,
                    "final": self.metrics.jsonl.read()[-1]}
-        run.write_summary(summary)
-        run.write_state(state.model_copy(update={"finished": True}))
+        protocol.finish(summary)
         return summary
 
     def _evaluation_due(self, step: int) -> bool:
@@ -151,17 +139,20 @@ class SupervisedTrainer:
         if evaluate and self.evaluate is not None:
             # Sampling reseeds torch; training's dropout must not depend on evaluation.
             with torch.random.fork_rng():
-                metrics = metrics | self.evaluate(step)
+                metrics = metrics | self.evaluate(step, metrics=self.metrics)
             assert self.config.evaluation is not None  # evaluate is given with it
             best_metric = self.config.evaluation.best_metric
             score = metrics.get(best_metric)
-            if step > 0 and score is not None and (
-                    self.best is None or score > self.best["value"]):
+            if step > 0 and improves(score, None if self.best is None else self.best["value"]):
                 self.best = {"metric": best_metric, "step": step, "value": score}
         self.metrics.log(step, metrics)
 
-    def _save_checkpoint(self, step: int) -> None:
-        with self.store.write(step) as folder:
-            self.learner.save(folder, {"step": step, "best": self.best})
-            if self.best is not None and self.best["step"] == step:
-                mark_best(folder, self.best)
+    # ---- state, as the run protocol saves and restores it -----------------------------
+    def save_state(self, directory: Path) -> None:
+        self.learner.save(directory, {"step": self.step, "best": self.best})
+        if self.best is not None and self.best["step"] == self.step:
+            mark_best(directory, self.best)
+
+    def restore_state(self, directory: Path) -> None:
+        extra = self.learner.restore(directory)
+        self.step, self.best = extra["step"], extra["best"]

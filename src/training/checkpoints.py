@@ -17,7 +17,7 @@ import shutil
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -63,6 +63,16 @@ def load_training_state(directory: Path, model: TrainableLanguageModel) -> Saved
     saved = torch.load(directory / OPTIMIZER, weights_only=False)
     load_rng_state(directory / RNG)
     return SavedTrainingState(extra, saved["optimizer"], saved["scheduler"])
+
+
+def improves(value: float | None, best: float | None,
+             mode: Literal["max", "min"] = "max") -> bool:
+    """The best-checkpoint rule of every pipeline: a step is a new best when its value is
+    strictly better than the best so far, so that the earliest of equal values stays best;
+    a step without the value never is."""
+    if value is None:
+        return False
+    return best is None or (value > best if mode == "max" else value < best)
 
 
 def mark_best(directory: Path, record: dict[str, Any]) -> None:

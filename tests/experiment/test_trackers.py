@@ -1,16 +1,19 @@
-"""Trackers chosen in the config: offline W&B and MLflow's local store write their files,
-a resumed run continues the same tracker runs, and a missing package is a config error."""
+"""Trackers chosen in the config: offline W&B and MLflow's local store write their files
+and hold tables of sampled episodes, a resumed run continues the same tracker runs without
+logging a redone batch's episodes twice, and a missing package is a config error."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from src.configuration.errors import ConfigError
 from src.experiment.assembly import load_experiment_config
+from src.experiment.trackers import EPISODE_COLUMNS
 from src.run_experiment import main
 from tests.experiment.crash_in_batch import run_until_crash
 
@@ -18,12 +21,12 @@ ASSIGNMENT = """\
 assignment_config:
   output_dir: {output}
   rollout: {{batch_size: 2, group_size: 1, max_batches: {batches}}}
-  evaluation: {{at_start: false, at_end: false}}
+  evaluation: {{at_start: true, every_n_batches: 1}}
   trackers:
 {trackers}
   task:
     name: math_problems
-    parameters: {{num_train: 8, num_validation: 2}}
+    parameters: {{num_train: 8, num_validation: 4}}
   agent:
     name: oracle_agent
 """
@@ -39,21 +42,32 @@ def write(folder: Path, trackers: str, batches: int = 2) -> Path:
     return path
 
 
+def table_rows(columns: list[str], data: list[list]) -> Counter[tuple]:
+    """(table step, sample id, group) of each row, counted."""
+    assert columns == EPISODE_COLUMNS
+    return Counter((row[0], row[1], row[2]) for row in data)
+
+
 @pytest.mark.skipif(any(importlib.util.find_spec(p) is None for p in ("wandb", "mlflow")),
                     reason="the trackers extra is not installed: pip install -e '.[trackers]'")
 def test_offline_wandb_and_local_mlflow_write_their_files_and_resume_the_same_runs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WANDB_SILENT", "true")
-    config = write(tmp_path, BOTH, batches=3)
+    # every training batch's episodes, and 3 of each evaluation's 4
+    config = write(tmp_path, BOTH + "\n    episodes_per_table: 3"
+                   "\n    train_episodes_every_n_batches: 1", batches=3)
+    # dies in the update of batch 3, after that batch's episodes went to the trackers
     run_until_crash(config, batch_index=2)
     run = tmp_path / "run"
     ids = json.loads((run / "trackers.json").read_text())
     # the resumed run continues both tracker runs
     assert main(["--config_path", str(config), "--no_progress"]) == 0
-    assert json.loads((run / "trackers.json").read_text()) == ids
+    resumed = json.loads((run / "trackers.json").read_text())
+    assert (resumed["wandb"], resumed["mlflow"]) == (ids["wandb"], ids["mlflow"])
 
     offline_runs = list((run / "wandb").glob(f"offline-run-*-{ids['wandb']}"))
-    assert offline_runs and all(list(folder.glob("*.wandb")) for folder in offline_runs)
+    assert len(offline_runs) == 2 and all(list(folder.glob("*.wandb"))
+                                          for folder in offline_runs)
 
     from mlflow.tracking import MlflowClient
 
@@ -61,6 +75,33 @@ def test_offline_wandb_and_local_mlflow_write_their_files_and_resume_the_same_ru
     history = client.get_metric_history(ids["mlflow"], "rollout/reward")
     assert sorted({metric.step for metric in history}) == [1, 2, 3]
     assert (run / "tensorboard").is_dir()
+
+    # Each step's table once (the redone batch 3's not again), in both trackers alike.
+    runs = [json.loads(line) for line in (run / "runs.jsonl").read_text().splitlines()]
+    expected = {
+        "validation": [(step, f"validation-{index:06d}", 0) for step in range(4)
+                       for index in (0, 2, 3)],  # the first, the last, one between
+        "train": sorted((row["batch_index"] + 1, row["sample_id"], row["group_index"])
+                        for row in runs)}
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    # purge_orphaned_data False: a step written twice would show twice, not be cut back
+    text = EventAccumulator(str(run / "tensorboard"), size_guidance={"tensors": 0},
+                            purge_orphaned_data=False)
+    text.Reload()
+    for name, rows in expected.items():
+        wandb_rows: Counter[tuple] = Counter()
+        for table in (run / "wandb").glob(f"offline-run-*-{ids['wandb']}/files/media/table/"
+                                         f"episodes/{name}_*.table.json"):
+            wandb_rows += table_rows(**json.loads(table.read_text()))
+        table = json.loads(Path(client.download_artifacts(
+            ids["mlflow"], f"episodes/{name}.json", str(tmp_path))).read_text())
+        mlflow_rows = table_rows(table["columns"], table["data"])
+        assert sorted(mlflow_rows.elements()) == rows
+        assert wandb_rows == mlflow_rows
+        # TensorBoard: a text entry a step
+        assert sorted(entry.step for entry in text.Tensors(f"episodes/{name}/text_summary")
+                      ) == sorted({row[0] for row in rows})
 
 
 def test_a_missing_tracker_package_is_named_at_validation(tmp_path: Path,

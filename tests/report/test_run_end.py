@@ -33,6 +33,9 @@ def test_first_and_last_evaluation_with_wilson_intervals_best_and_curves(tmp_pat
     assert lines[2].startswith(f"curves: {tmp_path / 'report'} (")
     assert "success.png" in lines[2] and (tmp_path / "report" / "success.png").is_file()
     assert (tmp_path / "report" / "summary.md").is_file()
+    assert lines[3] == ("run page (curves, episodes, checkpoints compared): "
+                        f"{tmp_path / 'report' / 'run.html'}")
+    assert (tmp_path / "report" / "run.html").is_file()
 
 
 def test_a_run_without_evaluation_says_how_to_get_one(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from src.maths.groups import group_statistics, zero_spread
 from src.records.episode import Episode, EpisodeStatus, Outcome
 from src.records.trajectory import Trajectory
 from src.training.advantages import ADVANTAGE_ESTIMATORS, Reinforce, whiten
-from src.training.checkpoints import mark_best
+from src.training.checkpoints import improves, mark_best
 from src.training.kl import kl_penalty
 from src.training.kl_control import KLController
 from src.training.learner import Learner
@@ -49,7 +49,7 @@ Algorithm = Literal["grpo", "dr_grpo", "rloo", "reinforce"]
 
 
 def _merge_flat(group: Any, group_name: str, flat: dict[str, Any]) -> Any:
-    """The seed's flat names (`learning_rate: 1e-5` beside the groups) into their group;
+    """LifelongAgentBench's flat names (`learning_rate: 1e-5` beside the groups) into their group;
     the same setting given both ways with different values is an error."""
     given = {key: value for key, value in flat.items() if value is not None}
     for key, value in given.items():
@@ -60,9 +60,37 @@ def _merge_flat(group: Any, group_name: str, flat: dict[str, Any]) -> Any:
 
 
 class RLTrainingCallback(Callback):
+    """Online RL of the LoRA policy: after each batch, returns (with a KL penalty, if in
+    the reward) -> advantages -> `ppo.epochs` passes over mini-batches, one optimiser step
+    each. Settings come in groups (`advantage`, `ppo`, `kl`, `reward`, `optimizer`,
+    `mismatch`), each a mapping whose unknown keys are errors; the flat names of
+    LifelongAgentBench's configs work beside them, and a setting given both ways with
+    different values is an error.
+
+    The update scores each batch at the temperature it was sampled with (recorded by the
+    agent), with LoRA dropout off, so that on policy the PPO ratio is 1; it refuses samples
+    drawn greedily or with `top_p` < 1 (their log-probs are renormalised over the nucleus).
+    Episodes whose environment or model failed are left out.
+
+    Metrics: `reward`, `reward_std` (the mean of the groups' stds), `frac_reward_zero_std`,
+    `advantage_abs_mean`, `completions/mean_length`, `completions/clipped_ratio`, `loss`,
+    `grad_norm`, `learning_rate`, `kl`, `kl_coef`, `entropy`, `clip_ratio/*`,
+    `policy_staleness/*`, `mismatch/*`, `policy_version`. Checkpoints go to
+    callback_state/<callback id>/, with best/ as `best_metric` chooses.
+
+    Trainer workers (`num_trainer_workers` >= 2): Ray actors that form one torch.distributed
+    group (gloo on CPUs, NCCL on GPUs), shard the model's layers with FSDP and sum their
+    gradients; two give the one-process adapter to 1e-5, and checkpoints keep the
+    one-process format, so a run resumes with any number of workers. They join the Ray
+    cluster already up in the process (a rollout pool's), which must have their CPUs and
+    GPUs free (else the start fails after 10 minutes), or start a local one. This
+    process's policy then only samples, scores and hands a rollout pool the adapter: for a
+    large model it can stay on the CPU."""
+
     def __init__(
         self,
         language_model: TrainableLanguageModel,
+        # the same as `advantage.estimator` (grpo, dr_grpo, rloo, reinforce)
         algorithm: Algorithm | None = None,
         advantage: AdvantageSettings | None = None,
         ppo: PPOSettings | None = None,
@@ -70,20 +98,25 @@ class RLTrainingCallback(Callback):
         reward: RewardSettings | None = None,
         optimizer: OptimizerSettings | None = None,
         mismatch: MismatchSettings | None = None,
+        # reward: the batch's training reward; or any logged figure, an evaluation's
+        # `selection/success_rate` say: the checkpoint with its highest value, the earliest
+        # among equals, is copied to best/ (None: no best/)
         best_metric: str | None = "reward",
+        # episodes sampled more than this many updates ago are dropped
+        # (`policy_staleness/dropped`); None keeps all. Use 1 with `rollout.max_staleness: 1`
         max_policy_staleness: int | None = 0,
-        seed: int = 0,
-        num_trainer_workers: int = 1,
+        seed: int = 0,  # seeds the shuffle of episodes into mini-batches
+        num_trainer_workers: int = 1,  # >= 2: the update in that many FSDP workers
         cpus_per_trainer_worker: int = 1,
-        gpus_per_trainer_worker: int = 0,
-        # the seed's flat names, each a key of one group
-        learning_rate: float | None = None,
-        optimizer_class: str | None = None,
-        gradient_accumulation_steps: int | None = None,
-        reward_weight: float | None = None,
-        reward_correct: float | None = None,
-        reward_incorrect: float | None = None,
-        reward_timeout: float | None = None,
+        gpus_per_trainer_worker: int = 0,  # 1: a GPU for each worker
+        # LifelongAgentBench's flat names, each a key of one group:
+        learning_rate: float | None = None,  # optimizer.learning_rate
+        optimizer_class: str | None = None,  # optimizer.optimizer_class
+        gradient_accumulation_steps: int | None = None,  # optimizer.gradient_accumulation_steps
+        reward_weight: float | None = None,  # reward.weight
+        reward_correct: float | None = None,  # reward.correct
+        reward_incorrect: float | None = None,  # reward.incorrect
+        reward_timeout: float | None = None,  # reward.timeout
     ) -> None:
         self.model = language_model
         self.advantage_settings = _merge_flat(advantage or AdvantageSettings(), "advantage",
@@ -133,7 +166,7 @@ class RLTrainingCallback(Callback):
 
     # ---- returns -------------------------------------------------------------------
     def episode_return(self, episode: Episode) -> float:
-        """The task's return: the episode's reward, or the seed's outcome rewards."""
+        """The task's return: the episode's reward, or the outcome rewards."""
         if self.reward.source == "task":
             value = episode.reward
         elif episode.outcome is Outcome.CORRECT:
@@ -330,7 +363,7 @@ class RLTrainingCallback(Callback):
     # ---- state ---------------------------------------------------------------------
     def save_state(self, directory: Path) -> None:
         value = self._last_metrics.get(self.best_metric) if self.best_metric else None
-        new_best = value is not None and (self.best_value is None or value > self.best_value)
+        new_best = improves(value, self.best_value)
         if new_best:
             self.best_value = value
         self.learner.save(directory, {

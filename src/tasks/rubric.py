@@ -1,0 +1,170 @@
+"""A rubric: named reward functions with weights, scoring one reply.
+
+A reward function is a plain function that returns a float. It declares what it needs by
+naming parameters among `REWARD_ARGUMENTS`, and receives only those, by keyword:
+
+- `reply`: the agent's reply, as written (no stripping: the function decides);
+- `answer`: the sample's `answer` field (None where it has none; `SingleTurnTask` refuses
+  such samples when a function asks for it);
+- `sample`: all the sample's fields, the mapping it was written as (read-only);
+- `prompt`: the text the task asked.
+
+A function taking `**kwargs` receives all four. Asking for any other parameter without a
+default is an error when the rubric is built, not when the first reply comes.
+
+The score is the weighted sum of the values. Each function's value is reported as the
+episode metric `metric/<name>` (so the loop logs `rollout/<name>` and `eval/<name>`) with
+`metric/<name>/error` beside it: replies are untrusted text, and a function that raises on
+one (or returns something other than a finite number) gets 0 for that reply and error 1,
+its message goes in the episode's info under `reward_function_errors`, and the run goes on.
+The first failure of each function is also logged with its traceback, so that a bug in the
+function itself (every reply scoring 0) does not pass silently.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from src.configuration.components import import_dotted
+
+logger = logging.getLogger(__name__)
+
+REWARD_ARGUMENTS = ("reply", "answer", "sample", "prompt")
+# The loop's own per-episode figures (`eval/reward`, ...): a function of the same name
+# would overwrite them in the metrics.
+RESERVED_NAMES = frozenset({"reward", "success_rate", "episodes"})
+ERRORS_KEY = "reward_function_errors"
+_MESSAGE_LIMIT = 500  # characters of a failure's message kept in the episode's info
+
+RewardFunction = Callable[..., float]
+
+
+@dataclass(frozen=True)
+class RubricScore:
+    """One reply's scoring: the weighted sum, each function's value, and the messages of
+    the functions that failed on it."""
+
+    score: float
+    values: dict[str, float]
+    errors: dict[str, str]
+
+    def info(self) -> dict[str, Any]:
+        """The episode info entries: `metric/<name>` and `metric/<name>/error` for every
+        function, and the failures' messages where there were any."""
+        info: dict[str, Any] = {}
+        for name, value in self.values.items():
+            info[f"metric/{name}"] = value
+            info[f"metric/{name}/error"] = float(name in self.errors)
+        if self.errors:
+            info[ERRORS_KEY] = dict(self.errors)
+        return info
+
+
+@dataclass(frozen=True)
+class _Entry:
+    name: str
+    function: RewardFunction
+    weight: float
+    arguments: frozenset[str]  # what the function is given, by keyword
+
+
+class Rubric:
+    """Reward functions (callables, or dotted paths `package.module.function` as a config
+    names them) with their weights, 1 each unless given; a function's name is its
+    `__name__`, so each must be a distinct `def`."""
+
+    def __init__(self, funcs: Sequence[RewardFunction | str],
+                 weights: Sequence[float] | None = None) -> None:
+        if not funcs:
+            raise ValueError("a rubric needs at least one reward function")
+        weights = [1.0] * len(funcs) if weights is None else list(weights)
+        if len(weights) != len(funcs):
+            raise ValueError(f"{len(funcs)} reward functions but {len(weights)} weights")
+        entries: list[_Entry] = []
+        for func, weight in zip(funcs, weights, strict=True):
+            function = import_dotted(func) if isinstance(func, str) else func
+            name = _name_of(function)
+            if any(entry.name == name for entry in entries):
+                raise ValueError(f"two reward functions are named '{name}': metrics are "
+                                 "reported by name, so each needs its own")
+            if not math.isfinite(weight):
+                raise ValueError(f"reward function '{name}': weight {weight} is not finite")
+            entries.append(_Entry(name, function, float(weight), _arguments_of(name, function)))
+        self._entries = tuple(entries)
+        self._failed: set[str] = set()  # functions whose first failure was logged
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(entry.name for entry in self._entries)
+
+    @property
+    def arguments(self) -> frozenset[str]:
+        """The arguments that some function asks for (a task checks its samples hold an
+        `answer` where one is asked for)."""
+        return frozenset().union(*(entry.arguments for entry in self._entries))
+
+    def score(self, reply: str, sample: Mapping[str, Any], prompt: str) -> RubricScore:
+        """Every function on `reply` to the sample whose fields are `sample`, asked as
+        `prompt`. Never raises for what a function does: see the module docstring."""
+        given = {"reply": reply, "answer": sample.get("answer"),
+                 "sample": MappingProxyType(sample), "prompt": prompt}
+        values: dict[str, float] = {}
+        errors: dict[str, str] = {}
+        for entry in self._entries:
+            try:
+                value = entry.function(**{key: given[key] for key in entry.arguments})
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise TypeError(f"returned {value!r:.80} ({type(value).__name__}), "
+                                    "not a float")
+                if not math.isfinite(value):
+                    raise ValueError(f"returned {value}, not a finite number")
+                values[entry.name] = float(value)
+            except Exception as error:  # untrusted replies: see the module docstring
+                values[entry.name] = 0.0
+                errors[entry.name] = f"{type(error).__name__}: {error}"[:_MESSAGE_LIMIT]
+                if entry.name not in self._failed:
+                    self._failed.add(entry.name)
+                    logger.warning("reward function '%s' failed (scored 0; later failures "
+                                   "only counted in metric %s/error)", entry.name,
+                                   entry.name, exc_info=True)
+        score = sum(entry.weight * values[entry.name] for entry in self._entries)
+        return RubricScore(score=score, values=values, errors=errors)
+
+
+def _name_of(function: Any) -> str:
+    name = getattr(function, "__name__", None)
+    if not callable(function) or not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"reward function {function!r:.80} has no name to report it by "
+                         "(a lambda, a partial): write it as a def")
+    if name in RESERVED_NAMES:
+        raise ValueError(f"reward function '{name}': the loop reports its own '{name}' "
+                         f"figure; rename the function (reserved: {sorted(RESERVED_NAMES)})")
+    return name
+
+
+def _arguments_of(name: str, function: RewardFunction) -> frozenset[str]:
+    """The names among REWARD_ARGUMENTS that `function` takes; ValueError for a parameter
+    the rubric cannot fill."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"reward function '{name}': no signature to read ({error})") from error
+    if any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters):
+        return frozenset(REWARD_ARGUMENTS)
+    taken: set[str] = set()
+    for parameter in parameters:
+        if parameter.kind is parameter.VAR_POSITIONAL:
+            continue
+        if parameter.name in REWARD_ARGUMENTS and parameter.kind is not parameter.POSITIONAL_ONLY:
+            taken.add(parameter.name)
+        elif parameter.default is parameter.empty:
+            raise ValueError(f"reward function '{name}' takes '{parameter.name}', which a "
+                             f"rubric cannot give (it gives by keyword: "
+                             f"{', '.join(REWARD_ARGUMENTS)})")
+    return frozenset(taken)

@@ -33,7 +33,7 @@ from src.configuration.yaml_source import YamlSource  # noqa: E402
 from src.experiment.assembly import instantiate, load_experiment_config, plan_experiment  # noqa: E402
 from src.experiment.evaluation import EVALUATION_PREFIXES, Evaluator  # noqa: E402
 from src.experiment.loop import assignment_evaluator  # noqa: E402
-from src.experiment.run_directory import CONFIG_FILE, RunDirectory  # noqa: E402
+from src.experiment.run_directory import CONFIG_FILE, STATE_FILE, RunDirectory  # noqa: E402
 from src.export.checkpoint_export import ExportError, find_adapter  # noqa: E402
 from src.language_models.language_model import LanguageModel, TrainableLanguageModel  # noqa: E402
 from src.offline_training.config import (  # noqa: E402
@@ -79,12 +79,11 @@ def _only_trainable(models: dict[str, LanguageModel]) -> TrainableLanguageModel:
     return trainable[0]
 
 
-def _build_assignment(path: Path) -> Built:
+def _build_assignment(path: Path, models: dict[str, LanguageModel]) -> Built:
     config, source = load_experiment_config(path)
     plan = plan_experiment(config, source)
     assignment = config.assignment_config
     torch.manual_seed(assignment.random_seed)  # as the run built its models
-    models: dict[str, LanguageModel] = {}
     for name, language_model_plan in plan.language_models.items():
         models[name] = instantiate(language_model_plan, models)
     agent: Agent = instantiate(plan.agent, models)
@@ -96,15 +95,14 @@ def _build_assignment(path: Path) -> Built:
                  list(models.values()), stateful)
 
 
-def _build_supervised(path: Path) -> Built:
+def _build_supervised(path: Path, models: dict[str, LanguageModel]) -> Built:
     source = YamlSource(path)
     plan = plan_supervised_training(load_supervised_config(source), source)
     supervised = plan.config.supervised_training_config
     if supervised.evaluation is None:
         raise ConfigError(f"{path}: the run has no evaluation settings (evaluation: null)")
     torch.manual_seed(supervised.random_seed)
-    policy = instantiate(plan.language_model, {})
-    models = {supervised.language_model.name: policy}
+    policy = models[supervised.language_model.name] = instantiate(plan.language_model, {})
     task: Task[Any] = instantiate(plan.task, models)
     agent: Agent = instantiate(plan.agent, models)
     evaluation = supervised.evaluation
@@ -113,15 +111,14 @@ def _build_supervised(path: Path) -> Built:
                            supervised.random_seed), policy, [policy])
 
 
-def _build_offline(path: Path) -> Built:
+def _build_offline(path: Path, models: dict[str, LanguageModel]) -> Built:
     source = YamlSource(path)
     plan = plan_offline_training(load_offline_config(source), source)
     offline = plan.config.offline_training_config
     if offline.evaluation is None or plan.task is None or plan.agent is None:
         raise ConfigError(f"{path}: the run has no evaluation settings (evaluation: null)")
     torch.manual_seed(offline.random_seed)
-    policy = instantiate(plan.language_model, {})
-    models = {offline.language_model.name: policy}
+    policy = models[offline.language_model.name] = instantiate(plan.language_model, {})
     task: Task[Any] = instantiate(plan.task, models)
     agent: Agent = instantiate(plan.agent, models)
     evaluation = offline.evaluation
@@ -131,7 +128,8 @@ def _build_offline(path: Path) -> Built:
 
 
 # Each kind of run: how to build it, and where its task and evaluation settings are.
-KINDS: dict[str, tuple[Callable[[Path], Built], tuple[str, ...], tuple[str, ...]]] = {
+KINDS: dict[str, tuple[Callable[[Path, dict[str, LanguageModel]], Built], tuple[str, ...],
+                       tuple[str, ...]]] = {
     ASSIGNMENT_KEY: (_build_assignment, ("task",), ("evaluation",)),
     SUPERVISED_TRAINING_KEY: (_build_supervised, ("task",), ("evaluation",)),
     OFFLINE_TRAINING_KEY: (_build_offline, ("evaluation", "task"), ("evaluation",)),
@@ -142,7 +140,10 @@ def _parse_assignment(text: str) -> tuple[list[str], Any]:
     key, separator, value = text.partition("=")
     if not separator or not key:
         raise ConfigError(f"--task {text!r}: expected KEY=VALUE (for example seed=7)")
-    return key.split("."), yaml.safe_load(value)
+    try:
+        return key.split("."), yaml.safe_load(value)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"--task {text!r}: the value is not YAML ({error})") from error
 
 
 def _section(config: dict[str, Any], path: Sequence[str], what: str) -> dict[str, Any]:
@@ -217,12 +218,23 @@ def evaluate(output_dir: Path, target_dir: Path, checkpoint: str = "best",
     run_config = RunDirectory(output_dir).stored_config()
     if not run_config:
         raise ConfigError(f"{output_dir} is not a run folder (no {CONFIG_FILE})")
+    if (target_dir / STATE_FILE).exists() or target_dir.resolve() == output_dir.resolve():
+        raise ConfigError(f"--target_dir {target_dir} is a run folder: evaluate writes into "
+                          "a folder of its own, never over a run's files")
     step, adapter, version = checkpoint_step(output_dir, checkpoint, callback)
     kind, config = evaluated_config(run_config, target_dir, task_changes,
                                     evaluation_changes or {})
     config_path = target_dir / CONFIG_FILE
     atomic_write_text(config_path, yaml.safe_dump(config, sort_keys=False))
-    built = KINDS[kind][0](config_path)
+    models: dict[str, LanguageModel] = {}
+    try:
+        built = KINDS[kind][0](config_path, models)
+    except (ValueError, TypeError, OSError) as error:
+        for language_model in models.values():
+            language_model.close()
+        if isinstance(error, ConfigError):
+            raise
+        raise ConfigError(f"{config_path}: the evaluated run cannot be built: {error}") from error
     try:
         if adapter is not None:
             built.policy.load_adapter(adapter, version)
@@ -280,9 +292,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                                              ("max_samples", arguments.max_samples),
                                              ("temperature", arguments.temperature))
                if value is not None}
+    # the default folder names everything that was changed, so that two evaluations differ
+    label = [arguments.checkpoint, *arguments.task, *(arguments.splits or []),
+             *(f"{key}={value}" for key, value in changes.items() if key != "splits")]
     target_dir = arguments.target_dir or (
-        arguments.output_dir / "evaluations" / "_".join(
-            [arguments.checkpoint, *(text.replace("/", "-") for text in arguments.task)]))
+        arguments.output_dir / "evaluations" / "_".join(text.replace("/", "-") for text in label))
     try:
         row = evaluate(arguments.output_dir, target_dir, arguments.checkpoint,
                        arguments.callback, arguments.task, changes)

@@ -138,6 +138,8 @@ def test_a_supervised_runs_checkpoint_gives_its_own_file(
     (["--checkpoint", "7"], "is not best, latest or one of the committed steps"),
     (["--task", "seed"], "expected KEY=VALUE"),
     (["--task", "no_such_parameter=1"], "no_such_parameter"),
+    (["--task", "levels=[1, 2"], "the value is not YAML"),
+    (["--task", "source=file"], "cannot be built"),
 ])
 def test_bad_requests_are_errors_that_say_what_is_wrong(
         rl_run: Path, tmp_path: Path, arguments: list[str], message: str,
@@ -150,3 +152,11 @@ def test_a_folder_that_is_no_run_is_an_error(tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     assert evaluate_main([str(tmp_path), "--target_dir", str(tmp_path / "out")]) == 2
     assert "not a run folder" in capsys.readouterr().err
+
+
+def test_a_run_folder_is_never_the_target(rl_run: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    before = (rl_run / "metrics.jsonl").read_bytes()
+    assert evaluate_main([str(rl_run), "--target_dir", str(rl_run)]) == 2
+    assert "is a run folder" in capsys.readouterr().err
+    assert (rl_run / "metrics.jsonl").read_bytes() == before

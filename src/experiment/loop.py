@@ -241,7 +241,6 @@ class ExperimentLoop:
                 self.runs_log.append(record.model_dump(mode="json") for record in records)
 
                 step = batch_index + 1
-                self.metrics.log_batch_episodes(step, records)
                 metrics.update(episode_statistics(records, prefix="rollout/"))
                 metrics.update(task_metrics(records, "rollout/"))
                 context = BatchContext(batch_index, trained, group_size)
@@ -258,6 +257,9 @@ class ExperimentLoop:
                     self.evaluate(step)
 
                 protocol.commit(step)
+                # after the commit: a batch redone on resume may sample other episodes (on a
+                # GPU), and the trackers should show the ones runs.jsonl keeps
+                self.metrics.log_batch_episodes(step, records)
                 progress.update(1)
                 progress.set_postfix(reward=f"{metrics.get('rollout/reward', 0.0):.3f}",
                                      success=f"{metrics.get('rollout/success_rate', 0.0):.2f}")

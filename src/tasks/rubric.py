@@ -26,6 +26,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -119,7 +120,7 @@ class Rubric:
         for entry in self._entries:
             try:
                 value = entry.function(**{key: given[key] for key in entry.arguments})
-                if isinstance(value, bool) or not isinstance(value, int | float):
+                if isinstance(value, bool) or not isinstance(value, numbers.Real):
                     raise TypeError(f"returned {value!r:.80} ({type(value).__name__}), "
                                     "not a float")
                 if not math.isfinite(value):

@@ -56,8 +56,9 @@ def test_offline_wandb_and_local_mlflow_write_their_files_and_resume_the_same_ru
     # every training batch's episodes, and 3 of each evaluation's 4
     config = write(tmp_path, BOTH + "\n    episodes_per_table: 3"
                    "\n    train_episodes_every_n_batches: 1", batches=3)
-    # dies in the update of batch 3, after that batch's episodes went to the trackers
-    run_until_crash(config, batch_index=2)
+    # dies after batch 3's evaluation went to the trackers, before the batch is committed:
+    # the resumed run redoes the batch and its evaluation, and must not log them again
+    run_until_crash(config, batch_index=2, after_evaluation=True)
     run = tmp_path / "run"
     ids = json.loads((run / "trackers.json").read_text())
     # the resumed run continues both tracker runs

@@ -26,6 +26,11 @@ class Trajectory:
     sampling_temperature: float = 1.0
     sampling_top_p: float = 1.0
     max_new_tokens: int | None = None  # per sampled turn
+    # The agent's own bookkeeping, kept with the episode it belongs to: how many chat
+    # messages are already in token_ids, and the turns rendered before the chat (earlier
+    # solved episodes shown to an experience-replay agent)
+    messages_fed: int = 0
+    turns_before: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def generation_budget(self) -> int | None:

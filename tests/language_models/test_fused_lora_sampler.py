@@ -139,9 +139,7 @@ def test_bfloat16_weights_with_float32_adapter_and_optimizer_state(tiny_model_pa
 
 
 def test_the_prefix_a_calls_prompts_share_is_prefilled_once(tiny_model_path) -> None:
-    from src.language_models.instance.huggingface_lora_language_model import (
-        SHARED_PROMPT_MIN_TOKENS,
-    )
+    from src.language_models.sampler import SHARED_PROMPT_MIN_TOKENS
 
     model = make(tiny_model_path, dtype="float32")
     encode = model.tokenizer.encode

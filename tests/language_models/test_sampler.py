@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from src.language_models.instance.huggingface_lora_language_model import (
+from src.language_models.sampler import (
     SAMPLING_BLOCK,
-    _sample_from_logits,
+    sample_from_logits,
 )
 
 
@@ -16,7 +16,7 @@ def test_sampled_frequencies_match_the_reported_distribution() -> None:
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, -3.0]]).repeat(draws, 1)
     given = logits.clone()
     for temperature, top_p in ((1.0, 1.0), (0.7, 1.0), (1.0, 0.8)):
-        tokens, logprobs = _sample_from_logits(logits, temperature, top_p)
+        tokens, logprobs = sample_from_logits(logits, temperature, top_p)
         assert torch.equal(logits, given)  # the caller's logits are left as they were
         expected = torch.zeros(5)
         expected[tokens] = logprobs.exp()  # each drawn token's reported probability
@@ -29,7 +29,7 @@ def test_sampled_frequencies_match_the_reported_distribution() -> None:
 
 
 def test_greedy_takes_the_argmax() -> None:
-    tokens, logprobs = _sample_from_logits(torch.tensor([[0.1, 3.0, 2.9]]), 0.0, 1.0)
+    tokens, logprobs = sample_from_logits(torch.tensor([[0.1, 3.0, 2.9]]), 0.0, 1.0)
     assert tokens.tolist() == [1]
     assert torch.allclose(logprobs, torch.log_softmax(torch.tensor([0.1, 3.0, 2.9]), -1)[1:2])
 
@@ -43,7 +43,7 @@ def test_the_two_level_draw_over_a_vocabulary_of_several_blocks() -> None:
     logits = torch.full((vocabulary,), float("-inf"))
     chosen = [SAMPLING_BLOCK, 2 * SAMPLING_BLOCK - 1, 4 * SAMPLING_BLOCK + 3]
     logits[chosen] = torch.tensor([0.0, 1.0, -0.5])
-    tokens, logprobs = _sample_from_logits(logits.repeat(draws, 1), 1.0, 1.0)
+    tokens, logprobs = sample_from_logits(logits.repeat(draws, 1), 1.0, 1.0)
     assert set(tokens.tolist()) <= set(chosen)
     expected = torch.softmax(logits[chosen], dim=-1)
     frequency = torch.stack([(tokens == token).float().mean() for token in chosen])

@@ -40,9 +40,6 @@ class LoRARLAgent(SamplingAgent):
         self.system_prompt = system_prompt
         self.sampling = SamplingParams(temperature=temperature, top_p=top_p,
                                        max_new_tokens=max_new_tokens)
-        self._consumed: dict[int, int] = {}  # id(episode) -> chat messages already in its ids
-        # id(episode) -> the turns put before its chat (none here; see `_turns_before`)
-        self._before: dict[int, list[tuple[str, str]]] = {}
         self._turn_boundary = probe_turn_boundary(language_model, system_prompt)
 
     # ---- templating ----------------------------------------------------------------
@@ -59,21 +56,20 @@ class LoRARLAgent(SamplingAgent):
 
     def _start_episode(self, episode: Episode) -> None:
         first = episode.chat[0]
-        before = self._before[id(episode)] = self._turns_before(episode)
-        trajectory = Trajectory()
+        before = self._turns_before(episode)
+        trajectory = Trajectory(turns_before=before)
         trajectory.append_context(self._encode(self._render(
             [*before, ("user", first.content)], True)))
         episode.trajectory = trajectory
         episode.info["template_consistent"] = True
         episode.info["metric/template_inconsistent"] = 0.0
-        self._consumed[id(episode)] = 1
+        trajectory.messages_fed = 1
 
     def _append_observation(self, episode: Episode) -> None:
         """Append the ids for the user messages the agent has not seen yet."""
         trajectory = episode.trajectory
         assert trajectory is not None
-        consumed = self._consumed[id(episode)]
-        new_messages = episode.chat[consumed:]
+        new_messages = episode.chat[trajectory.messages_fed:]
         if not new_messages:
             return
         if new_messages[0].role is not Role.AGENT or any(
@@ -86,10 +82,10 @@ class LoRARLAgent(SamplingAgent):
         for message in new_messages[1:]:
             ids += self._encode(self._turn_boundary.opening_text(message.content))
         trajectory.append_context(ids)
-        self._consumed[id(episode)] = len(episode.chat)
+        trajectory.messages_fed = len(episode.chat)
         # Diagnostic, averaged into the metrics by the loop: do the fed ids decode to the
         # template's rendering of the chat? Once they differ, later turns cannot repair it.
-        rendered = self._render([*self._before[id(episode)],
+        rendered = self._render([*trajectory.turns_before,
                                  *[(m.role.value, m.content) for m in episode.chat]], True)
         fed = self.language_model.tokenizer.decode(trajectory.token_ids,
                                                    skip_special_tokens=False)

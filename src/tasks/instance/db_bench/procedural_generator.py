@@ -1,11 +1,9 @@
 """Procedural single-skill problems: a seeded table and, for each of the 22 skills, a question
 in plain English with its reference SQL.
 
-A table has an integer key, a unique name, two text columns with few distinct values (for
-grouping), a unique integer measure, a unique real measure with two decimals and a unique
-date kept as text. Unique measures keep every ORDER BY, LIMIT and MAX/MIN free of ties,
-so one answer is right on every server; thresholds are drawn from the rows, so no filter
-comes back empty. The reference SQL uses MySQL quoting (translated per dialect) and only
+The tables are procedural_tables.py's (unique measures, so that every ORDER BY, LIMIT and
+MAX/MIN is free of ties and one answer is right on every server; thresholds drawn from the
+rows, so that no filter comes back empty). The reference SQL uses MySQL quoting (translated per dialect) and only
 portable constructs (no integer division, no aggregate aliases in HAVING, no LIMIT in
 subqueries); the expected answer is not stored but computed by running it in the
 episode's sandbox.
@@ -13,166 +11,30 @@ episode's sandbox.
 
 from __future__ import annotations
 
-import datetime
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from src.tasks.instance.db_bench.problem import (
     ColumnSpec,
     DBBenchProblem,
     ProblemKind,
     TableSpec,
-    Value,
+)
+from src.tasks.instance.db_bench.procedural_tables import (
+    CITIES,
+    ROLES,
+    THEMES,
+    TYPES,
+    TableDraw,
+    literal,
+    shown,
 )
 from src.tasks.instance.db_bench.skills import MODIFICATION_SKILLS, ORDERING_SKILLS, SKILLS
 
-_FIRST_NAMES = ("Alice", "Bruno", "Chloe", "Daniel", "Elena", "Farid", "Grace", "Hiro", "Ines",
-                "Jonas", "Kara", "Liam", "Maya", "Noah", "Olga", "Pedro", "Quinn", "Rosa",
-                "Samir", "Tara")
-_LAST_NAMES = ("Smith", "Garcia", "Chen", "O'Neil", "Novak", "Okafor", "Rossi", "Larsen",
-               "Silva", "Kowalski", "Dubois", "Tanaka")
-_ADJECTIVES = ("Compact", "Deluxe", "Classic", "Smart", "Rugged", "Mini", "Pro", "Eco", "Ultra",
-               "Vintage")
-_NOUNS = ("Blender", "Lamp", "Backpack", "Kettle", "Speaker", "Drill", "Notebook", "Camera",
-          "Heater", "Puzzle", "Tent", "Monitor")
-_CITIES = ("New York", "San Diego", "Chicago", "Boston", "Seattle", "Austin", "Denver",
-           "Portland", "Miami", "Atlanta")
-_FIRST_DAY = datetime.date(2015, 1, 1)
+Template = Callable[[TableDraw], tuple[str, str]]
 
 
-def _person_names(rng: random.Random, count: int) -> list[str]:
-    pairs = rng.sample([(first, last) for first in _FIRST_NAMES for last in _LAST_NAMES], count)
-    return [f"{first} {last}" for first, last in pairs]
-
-
-def _product_names(rng: random.Random, count: int) -> list[str]:
-    pairs = rng.sample([(adjective, noun) for adjective in _ADJECTIVES for noun in _NOUNS], count)
-    return [f"{adjective} {noun}" for adjective, noun in pairs]
-
-
-@dataclass(frozen=True)
-class _Theme:
-    entity: str
-    entities: str
-    table_names: tuple[str, ...]
-    key: str  # integer id, 1..n
-    label: str  # unique name
-    group: str  # few distinct values
-    place: str  # few distinct values
-    count: str  # unique integer
-    amount: str  # unique real, two decimals
-    day: str  # unique date as text
-    labels: Callable[[random.Random, int], list[str]]
-    groups: tuple[str, ...]
-    count_range: tuple[int, int, int]  # range() arguments
-    amount_cents: tuple[int, int]
-    count_alias: str
-    alias: str  # a table alias
-
-
-_THEMES = (
-    _Theme("employee", "employees", ("employees", "Employee Records", "staff_list"), "id",
-           "name", "department", "city", "salary", "rating", "hire_date", _person_names,
-           ("Engineering", "Sales", "Marketing", "Finance", "Support"), (30000, 150000, 500),
-           (100, 500), "annual_pay", "e"),
-    _Theme("product", "products", ("products", "Product Inventory", "store_items"),
-           "product_id", "product_name", "category", "supplier_city", "stock", "price",
-           "added_on", _product_names, ("Electronics", "Garden", "Kitchen", "Toys", "Books"),
-           (0, 500, 1), (199, 99999), "units_in_stock", "p"),
-    _Theme("order", "orders", ("orders", "Customer Orders", "sales_orders"), "order_id",
-           "customer", "status", "ship_city", "quantity", "total", "order_date", _person_names,
-           ("Pending", "Shipped", "Delivered", "Cancelled"), (1, 400, 1), (500, 250000),
-           "items", "o"),
-    _Theme("student", "students", ("students", "Student Roster", "enrollments"), "student_id",
-           "student_name", "major", "hometown", "credits", "gpa", "enrolled_on", _person_names,
-           ("Biology", "History", "Physics", "Economics", "Art"), (0, 400, 1), (150, 400),
-           "credit_hours", "s"),
-)
-_ROLES = ("key", "label", "group", "place", "count", "amount", "day")
-_TYPES = ("INT", "TEXT", "TEXT", "TEXT", "INT", "REAL", "DATE")
-
-
-@dataclass(frozen=True)
-class _Row:
-    key: int
-    label: str
-    group: str
-    place: str
-    count: int
-    amount: float
-    day: str
-
-    def cells(self) -> tuple[Value, ...]:
-        return tuple(getattr(self, role) for role in _ROLES)
-
-
-def _literal(value: Value) -> str:
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    if isinstance(value, float):
-        return f"{value:.2f}"
-    return str(value)
-
-
-def _shown(value: Value) -> str:
-    """A value as the question writes it: text in single quotes."""
-    if isinstance(value, str):
-        return f"'{value}'"
-    return f"{value:.2f}" if isinstance(value, float) else str(value)
-
-
-class _Draw:
-    """One drawn table and what templates need from it."""
-
-    def __init__(self, theme: _Theme, rng: random.Random) -> None:
-        self.theme, self.rng = theme, rng
-        count = rng.randint(8, 14)
-        self.table_name = rng.choice(theme.table_names)
-        groups = rng.sample(theme.groups, rng.randint(3, 4))
-        places = rng.sample(_CITIES, rng.randint(3, 4))
-        labels = theme.labels(rng, count + 1)
-        counts = rng.sample(range(*theme.count_range), count + 1)
-        amounts = [cents / 100 for cents in rng.sample(range(*theme.amount_cents), count + 1)]
-        days = [(_FIRST_DAY + datetime.timedelta(days=offset)).isoformat()
-                for offset in rng.sample(range(3650), count + 1)]
-        # one row more than the table holds: values that no row has, for INSERT and UPDATE
-        drawn = [_Row(index + 1, labels[index], rng.choice(groups), rng.choice(places),
-                      counts[index], amounts[index], days[index]) for index in range(count + 1)]
-        self.rows, self.spare = drawn[:-1], drawn[-1]
-
-    # ---- names ---------------------------------------------------------------------
-    def name(self, role: str) -> str:
-        return str(getattr(self.theme, role))
-
-    def c(self, role: str) -> str:
-        """A column, quoted as in the benchmarks' SQL."""
-        return f"`{self.name(role)}`"
-
-    @property
-    def t(self) -> str:
-        return f"`{self.table_name}`"
-
-    # ---- values --------------------------------------------------------------------
-    def row(self) -> _Row:
-        return self.rng.choice(self.rows)
-
-    def group_rows(self) -> dict[str, list[_Row]]:
-        grouped: dict[str, list[_Row]] = {}
-        for row in self.rows:
-            grouped.setdefault(row.group, []).append(row)
-        return grouped
-
-    def below_max(self, numbers: Sequence[int]) -> int:
-        """A threshold that some, not necessarily all, of the numbers exceed."""
-        distinct = sorted(set(numbers))
-        return self.rng.choice(distinct[:-1]) if len(distinct) > 1 else distinct[0] - 1
-
-
-Template = Callable[[_Draw], tuple[str, str]]
-
-
-def _select(d: _Draw) -> tuple[str, str]:
+def _select(d: TableDraw) -> tuple[str, str]:
     th = d.theme
     if d.rng.random() < 0.5:
         return (f"List the {th.label} of every {th.entity}.",
@@ -181,40 +43,40 @@ def _select(d: _Draw) -> tuple[str, str]:
             f"SELECT {d.c('label')}, {d.c('place')} FROM {d.t}")
 
 
-def _insert(d: _Draw) -> tuple[str, str]:
+def _insert(d: TableDraw) -> tuple[str, str]:
     th, new = d.theme, d.spare
-    described = ", ".join(f"{d.name(role)} {_shown(getattr(new, role))}" for role in _ROLES[:-1])
-    columns = ", ".join(d.c(role) for role in _ROLES)
-    values = ", ".join(_literal(getattr(new, role)) for role in _ROLES)
+    described = ", ".join(f"{d.name(role)} {shown(getattr(new, role))}" for role in ROLES[:-1])
+    columns = ", ".join(d.c(role) for role in ROLES)
+    values = ", ".join(literal(getattr(new, role)) for role in ROLES)
     return (f"Insert a new {th.entity} into the table with {described} and "
-            f"{th.day} {_shown(new.day)}.",
+            f"{th.day} {shown(new.day)}.",
             f"INSERT INTO {d.t} ({columns}) VALUES ({values})")
 
 
-def _delete(d: _Draw) -> tuple[str, str]:
+def _delete(d: TableDraw) -> tuple[str, str]:
     th, row = d.theme, d.row()
     if d.rng.random() < 0.5:
         return (f"Delete the {th.entity} whose {th.key} is {row.key}.",
                 f"DELETE FROM {d.t} WHERE {d.c('key')} = {row.key}")
-    return (f"Remove the {th.entity} with {th.label} {_shown(row.label)} from the table.",
-            f"DELETE FROM {d.t} WHERE {d.c('label')} = {_literal(row.label)}")
+    return (f"Remove the {th.entity} with {th.label} {shown(row.label)} from the table.",
+            f"DELETE FROM {d.t} WHERE {d.c('label')} = {literal(row.label)}")
 
 
-def _update(d: _Draw) -> tuple[str, str]:
+def _update(d: TableDraw) -> tuple[str, str]:
     th, row = d.theme, d.row()
     if d.rng.random() < 0.5:
         new = d.spare.count
         return (f"Change the {th.count} of the {th.entity} whose {th.key} is {row.key} "
                 f"to {new}.",
                 f"UPDATE {d.t} SET {d.c('count')} = {new} WHERE {d.c('key')} = {row.key}")
-    new_place = d.rng.choice([city for city in _CITIES if city != row.place])
-    return (f"Set the {th.place} of the {th.entity} with {th.label} {_shown(row.label)} "
-            f"to {_shown(new_place)}.",
-            f"UPDATE {d.t} SET {d.c('place')} = {_literal(new_place)} "
-            f"WHERE {d.c('label')} = {_literal(row.label)}")
+    new_place = d.rng.choice([city for city in CITIES if city != row.place])
+    return (f"Set the {th.place} of the {th.entity} with {th.label} {shown(row.label)} "
+            f"to {shown(new_place)}.",
+            f"UPDATE {d.t} SET {d.c('place')} = {literal(new_place)} "
+            f"WHERE {d.c('label')} = {literal(row.label)}")
 
 
-def _where_single_condition(d: _Draw) -> tuple[str, str]:
+def _where_single_condition(d: TableDraw) -> tuple[str, str]:
     th, choice = d.theme, d.rng.randrange(3)
     if choice == 0:
         limit = d.below_max([row.count for row in d.rows])
@@ -223,40 +85,40 @@ def _where_single_condition(d: _Draw) -> tuple[str, str]:
                 f"SELECT {d.c('label')} FROM {d.t} WHERE {d.c('count')} > {limit}")
     if choice == 1:
         group = d.row().group
-        return (f"List the {th.label} of the {th.entities} whose {th.group} is {_shown(group)}.",
-                f"SELECT {d.c('label')} FROM {d.t} WHERE {d.c('group')} = {_literal(group)}")
+        return (f"List the {th.label} of the {th.entities} whose {th.group} is {shown(group)}.",
+                f"SELECT {d.c('label')} FROM {d.t} WHERE {d.c('group')} = {literal(group)}")
     day = sorted(row.day for row in d.rows)[d.rng.randrange(1, len(d.rows))]
-    return (f"List the {th.label} of the {th.entities} whose {th.day} is before {_shown(day)}.",
-            f"SELECT {d.c('label')} FROM {d.t} WHERE {d.c('day')} < {_literal(day)}")
+    return (f"List the {th.label} of the {th.entities} whose {th.day} is before {shown(day)}.",
+            f"SELECT {d.c('label')} FROM {d.t} WHERE {d.c('day')} < {literal(day)}")
 
 
-def _where_multiple_conditions(d: _Draw) -> tuple[str, str]:
+def _where_multiple_conditions(d: TableDraw) -> tuple[str, str]:
     th, row = d.theme, d.row()
     if d.rng.random() < 0.5:
         return (f"List the {th.label} of the {th.entities} whose {th.group} is "
-                f"{_shown(row.group)} and whose {th.amount} is at least "
-                f"{_shown(row.amount)}.",
+                f"{shown(row.group)} and whose {th.amount} is at least "
+                f"{shown(row.amount)}.",
                 f"SELECT {d.c('label')} FROM {d.t} WHERE {d.c('group')} = "
-                f"{_literal(row.group)} AND {d.c('amount')} >= {_literal(row.amount)}")
+                f"{literal(row.group)} AND {d.c('amount')} >= {literal(row.amount)}")
     limit = min(row.count for row in d.rows) + 1
     return (f"List the {th.label} of the {th.entities} whose {th.place} is "
-            f"{_shown(row.place)} or whose {th.count} is below {limit}.",
+            f"{shown(row.place)} or whose {th.count} is below {limit}.",
             f"SELECT {d.c('label')} FROM {d.t} WHERE {d.c('place')} = "
-            f"{_literal(row.place)} OR {d.c('count')} < {limit}")
+            f"{literal(row.place)} OR {d.c('count')} < {limit}")
 
 
-def _where_nested_conditions(d: _Draw) -> tuple[str, str]:
+def _where_nested_conditions(d: TableDraw) -> tuple[str, str]:
     th, row = d.theme, d.row()
     other = d.rng.choice([g for g in d.group_rows() if g != row.group] or [row.group])
     limit = row.count - 1
     return (f"List the {th.label} of the {th.entities} whose {th.group} is "
-            f"{_shown(row.group)} or {_shown(other)}, and whose {th.count} is above {limit}.",
+            f"{shown(row.group)} or {shown(other)}, and whose {th.count} is above {limit}.",
             f"SELECT {d.c('label')} FROM {d.t} WHERE ({d.c('group')} = "
-            f"{_literal(row.group)} OR {d.c('group')} = {_literal(other)}) "
+            f"{literal(row.group)} OR {d.c('group')} = {literal(other)}) "
             f"AND {d.c('count')} > {limit}")
 
 
-def _order_by_single_column(d: _Draw) -> tuple[str, str]:
+def _order_by_single_column(d: TableDraw) -> tuple[str, str]:
     th = d.theme
     role, direction = d.rng.choice([("amount", "DESC"), ("count", "ASC"), ("day", "ASC")])
     words = "from highest to lowest" if direction == "DESC" else "from lowest to highest"
@@ -266,7 +128,7 @@ def _order_by_single_column(d: _Draw) -> tuple[str, str]:
             f"SELECT {d.c('label')} FROM {d.t} ORDER BY {d.c(role)} {direction}")
 
 
-def _order_by_multiple_columns_same_direction(d: _Draw) -> tuple[str, str]:
+def _order_by_multiple_columns_same_direction(d: TableDraw) -> tuple[str, str]:
     th = d.theme
     if d.rng.random() < 0.5:
         return (f"List the {th.label} of all {th.entities}, sorted by {th.group} and then by "
@@ -279,7 +141,7 @@ def _order_by_multiple_columns_same_direction(d: _Draw) -> tuple[str, str]:
             f"{d.c('amount')} DESC")
 
 
-def _order_by_multiple_columns_different_directions(d: _Draw) -> tuple[str, str]:
+def _order_by_multiple_columns_different_directions(d: TableDraw) -> tuple[str, str]:
     th = d.theme
     return (f"List the {th.label} of all {th.entities}, sorted by {th.group} in ascending "
             f"order and then by {th.amount} in descending order.",
@@ -287,27 +149,27 @@ def _order_by_multiple_columns_different_directions(d: _Draw) -> tuple[str, str]
             f"{d.c('amount')} DESC")
 
 
-def _limit_only(d: _Draw) -> tuple[str, str]:
+def _limit_only(d: TableDraw) -> tuple[str, str]:
     count = d.rng.randint(2, 5)
     return (f"Show the {d.theme.label} of the first {count} rows of the table.",
             f"SELECT {d.c('label')} FROM {d.t} LIMIT {count}")
 
 
-def _limit_and_offset(d: _Draw) -> tuple[str, str]:
+def _limit_and_offset(d: TableDraw) -> tuple[str, str]:
     count, skip = d.rng.randint(2, 4), d.rng.randint(2, 4)
     return (f"Skip the first {skip} rows of the table and show the {d.theme.label} of the "
             f"next {count} rows.",
             f"SELECT {d.c('label')} FROM {d.t} LIMIT {count} OFFSET {skip}")
 
 
-def _column_alias(d: _Draw) -> tuple[str, str]:
+def _column_alias(d: TableDraw) -> tuple[str, str]:
     th = d.theme
     return (f"Show the {th.label} and the {th.count} of every {th.entity}, with the "
             f"{th.count} column renamed to '{th.count_alias}'.",
             f"SELECT {d.c('label')}, {d.c('count')} AS `{th.count_alias}` FROM {d.t}")
 
 
-def _table_alias(d: _Draw) -> tuple[str, str]:
+def _table_alias(d: TableDraw) -> tuple[str, str]:
     th = d.theme
     return (f"Using '{th.alias}' as an alias for the table, list the {th.label} and "
             f"{th.place} of every {th.entity}.",
@@ -315,7 +177,7 @@ def _table_alias(d: _Draw) -> tuple[str, str]:
             f"FROM {d.t} AS {th.alias}")
 
 
-def _group_by_single_column(d: _Draw) -> tuple[str, str]:
+def _group_by_single_column(d: TableDraw) -> tuple[str, str]:
     th = d.theme
     if d.rng.random() < 0.5:
         return (f"How many {th.entities} are there in each {th.group}? Give each {th.group} "
@@ -326,7 +188,7 @@ def _group_by_single_column(d: _Draw) -> tuple[str, str]:
             f"SELECT {d.c('group')}, SUM({d.c('count')}) FROM {d.t} GROUP BY {d.c('group')}")
 
 
-def _group_by_multiple_columns(d: _Draw) -> tuple[str, str]:
+def _group_by_multiple_columns(d: TableDraw) -> tuple[str, str]:
     th = d.theme
     return (f"Count the {th.entities} for each combination of {th.group} and {th.place}; give "
             f"the {th.group}, the {th.place} and the count.",
@@ -334,7 +196,7 @@ def _group_by_multiple_columns(d: _Draw) -> tuple[str, str]:
             f"GROUP BY {d.c('group')}, {d.c('place')}")
 
 
-def _having_single_condition_with_aggregate(d: _Draw) -> tuple[str, str]:
+def _having_single_condition_with_aggregate(d: TableDraw) -> tuple[str, str]:
     th, groups = d.theme, d.group_rows()
     if d.rng.random() < 0.5:
         limit = d.below_max([len(rows) for rows in groups.values()])
@@ -347,7 +209,7 @@ def _having_single_condition_with_aggregate(d: _Draw) -> tuple[str, str]:
             f"HAVING SUM({d.c('count')}) > {limit}")
 
 
-def _having_multiple_conditions_with_aggregate(d: _Draw) -> tuple[str, str]:
+def _having_multiple_conditions_with_aggregate(d: TableDraw) -> tuple[str, str]:
     th = d.theme
     rows = d.group_rows()[d.row().group]
     size, total = len(rows), sum(r.count for r in rows)
@@ -357,7 +219,7 @@ def _having_multiple_conditions_with_aggregate(d: _Draw) -> tuple[str, str]:
             f"HAVING COUNT(*) >= {size} AND SUM({d.c('count')}) > {total - 1}")
 
 
-def _having_aggregate_calculation(d: _Draw) -> tuple[str, str]:
+def _having_aggregate_calculation(d: TableDraw) -> tuple[str, str]:
     th = d.theme
     # with 8+ rows in at most 4 groups, some group has two rows and so a spread
     rows = d.rng.choice([rows for rows in d.group_rows().values() if len(rows) > 1])
@@ -369,7 +231,7 @@ def _having_aggregate_calculation(d: _Draw) -> tuple[str, str]:
             f"HAVING MAX({d.c('count')}) - MIN({d.c('count')}) > {spread}")
 
 
-def _subquery_single(d: _Draw) -> tuple[str, str]:
+def _subquery_single(d: TableDraw) -> tuple[str, str]:
     th = d.theme
     if d.rng.random() < 0.5:
         return (f"List the {th.label} of the {th.entities} whose {th.count} is above the "
@@ -381,7 +243,7 @@ def _subquery_single(d: _Draw) -> tuple[str, str]:
             f"(SELECT MAX({d.c('amount')}) FROM {d.t})")
 
 
-def _subquery_multiple(d: _Draw) -> tuple[str, str]:
+def _subquery_multiple(d: TableDraw) -> tuple[str, str]:
     th = d.theme
     if d.rng.random() < 0.5:
         return (f"List the {th.label} of the {th.entities} whose {th.count} is neither the "
@@ -396,7 +258,7 @@ def _subquery_multiple(d: _Draw) -> tuple[str, str]:
             f"(SELECT MAX({d.c('day')}) FROM {d.t})")
 
 
-def _subquery_nested(d: _Draw) -> tuple[str, str]:
+def _subquery_nested(d: TableDraw) -> tuple[str, str]:
     th = d.theme
     if d.rng.random() < 0.5:
         return (f"List the {th.label} of the {th.entities} whose {th.place} is the same as "
@@ -447,12 +309,12 @@ class ProceduralTaskGenerator:
     def generate(self, skill: str, split: str, rng: random.Random) -> DBBenchProblem:
         if skill not in _TEMPLATES:
             raise ValueError(f"no procedural template for skill '{skill}'")
-        draw = _Draw(rng.choice(_THEMES), rng)
+        draw = TableDraw(rng.choice(THEMES), rng)
         question, sql = _TEMPLATES[skill](draw)
         table = TableSpec(
             name=draw.table_name,
             columns=tuple(ColumnSpec(name=draw.name(role), type=column_type)
-                          for role, column_type in zip(_ROLES, _TYPES, strict=True)),
+                          for role, column_type in zip(ROLES, TYPES, strict=True)),
             rows=tuple(row.cells() for row in draw.rows))
         modification = skill in MODIFICATION_SKILLS
         return DBBenchProblem(

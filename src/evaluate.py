@@ -21,40 +21,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: make `import src...` work from anywhere
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
+import yaml
 
-import torch  # noqa: E402
-import yaml  # noqa: E402
-
-from src.agents.agent import Agent  # noqa: E402
-from src.configuration.errors import ConfigError  # noqa: E402
-from src.configuration.yaml_source import YamlSource  # noqa: E402
-from src.experiment.assembly import instantiate, load_experiment_config, plan_experiment  # noqa: E402
-from src.experiment.evaluation import EVALUATION_PREFIXES, Evaluator  # noqa: E402
-from src.experiment.loop import assignment_evaluator  # noqa: E402
-from src.experiment.run_directory import CONFIG_FILE, STATE_FILE, RunDirectory  # noqa: E402
-from src.export.checkpoint_export import ExportError, find_adapter  # noqa: E402
-from src.language_models.language_model import LanguageModel, TrainableLanguageModel  # noqa: E402
-from src.offline_training.config import (  # noqa: E402
+from src.agents.agent import Agent
+from src.configuration.errors import ConfigError
+from src.configuration.yaml_source import YamlSource
+from src.experiment.assembly import (
+    build_language_models,
+    instantiate,
+    load_experiment_config,
+    plan_experiment,
+)
+from src.experiment.evaluation import EVALUATION_PREFIXES, Evaluator
+from src.experiment.loop import assignment_evaluator
+from src.experiment.run_directory import CONFIG_FILE, STATE_FILE, RunDirectory
+from src.export.checkpoint_export import ExportError, find_adapter
+from src.language_models.language_model import LanguageModel, TrainableLanguageModel
+from src.offline_training.config import (
     OFFLINE_TRAINING_KEY,
     load_offline_config,
     plan_offline_training,
 )
-from src.report.run_end import evaluation_line  # noqa: E402
-from src.storage.files import atomic_write_json, atomic_write_text  # noqa: E402
-from src.supervised_training.config import (  # noqa: E402
+from src.offline_training.run import offline_evaluator
+from src.report.run_end import evaluation_line
+from src.storage.files import atomic_write_json, atomic_write_text
+from src.supervised_training.config import (
     SUPERVISED_TRAINING_KEY,
     load_supervised_config,
     plan_supervised_training,
 )
-from src.tasks.task import Task  # noqa: E402
-from src.training.checkpoints import (  # noqa: E402
-    BEST,
-    BEST_MARK,
-    TRAINING_STEP,
-    CheckpointStore,
-)
+from src.supervised_training.run import build_parts, supervised_evaluator
+from src.tasks.task import Task
+from src.training.checkpoints import BEST, BEST_MARK, TRAINING_STEP, CheckpointStore
 
 ASSIGNMENT_KEY = "assignment_config"
 START = "start"
@@ -82,49 +81,38 @@ def _only_trainable(models: dict[str, LanguageModel]) -> TrainableLanguageModel:
 def _build_assignment(path: Path, models: dict[str, LanguageModel]) -> Built:
     config, source = load_experiment_config(path)
     plan = plan_experiment(config, source)
-    assignment = config.assignment_config
-    torch.manual_seed(assignment.random_seed)  # as the run built its models
-    for name, language_model_plan in plan.language_models.items():
-        models[name] = instantiate(language_model_plan, models)
+    build_language_models(plan, models)  # as the run built them; no callbacks: no update
     agent: Agent = instantiate(plan.agent, models)
     task: Task[Any] = instantiate(plan.task, models)
     stateful: dict[str, Any] = {"task_state": task}
     if agent.has_state:
         stateful["agent_state"] = agent
-    return Built(assignment_evaluator(assignment, task, agent), _only_trainable(models),
-                 list(models.values()), stateful)
+    return Built(assignment_evaluator(config.assignment_config, task, agent),
+                 _only_trainable(models), list(models.values()), stateful)
 
 
 def _build_supervised(path: Path, models: dict[str, LanguageModel]) -> Built:
     source = YamlSource(path)
     plan = plan_supervised_training(load_supervised_config(source), source)
-    supervised = plan.config.supervised_training_config
-    if supervised.evaluation is None:
+    if plan.config.supervised_training_config.evaluation is None:
         raise ConfigError(f"{path}: the run has no evaluation settings (evaluation: null)")
-    torch.manual_seed(supervised.random_seed)
-    policy = models[supervised.language_model.name] = instantiate(plan.language_model, {})
-    task: Task[Any] = instantiate(plan.task, models)
-    agent: Agent = instantiate(plan.agent, models)
-    evaluation = supervised.evaluation
-    return Built(Evaluator(task, agent, evaluation.splits, evaluation.max_samples,
-                           evaluation.temperature, evaluation.batch_size,
-                           supervised.random_seed), policy, [policy])
+    policy, task, agent = build_parts(plan, models)  # as the run built them
+    evaluator = supervised_evaluator(plan.config.supervised_training_config, task, agent)
+    assert evaluator is not None  # the settings were checked above
+    return Built(evaluator, policy, [policy])
 
 
 def _build_offline(path: Path, models: dict[str, LanguageModel]) -> Built:
     source = YamlSource(path)
     plan = plan_offline_training(load_offline_config(source), source)
     offline = plan.config.offline_training_config
-    if offline.evaluation is None or plan.task is None or plan.agent is None:
+    if offline.evaluation is None:
         raise ConfigError(f"{path}: the run has no evaluation settings (evaluation: null)")
-    torch.manual_seed(offline.random_seed)
+    torch.manual_seed(offline.random_seed)  # as the run built its model
     policy = models[offline.language_model.name] = instantiate(plan.language_model, {})
-    task: Task[Any] = instantiate(plan.task, models)
-    agent: Agent = instantiate(plan.agent, models)
-    evaluation = offline.evaluation
-    return Built(Evaluator(task, agent, ["validation"], evaluation.max_samples,
-                           evaluation.temperature, evaluation.batch_size,
-                           offline.random_seed), policy, [policy])
+    evaluator = offline_evaluator(plan, policy)
+    assert evaluator is not None  # the settings were checked above
+    return Built(evaluator, policy, [policy])
 
 
 # Each kind of run: how to build it, and where its task and evaluation settings are.

@@ -243,12 +243,21 @@ def instantiate(component: ComponentPlan, language_models: dict[str, LanguageMod
     return component.cls(**arguments)
 
 
-def build_components(plan: ExperimentPlan) -> Components:
+def build_language_models(plan: ExperimentPlan,
+                          built: dict[str, LanguageModel] | None = None
+                          ) -> dict[str, LanguageModel]:
+    """The run's language models in the config's order, each given those before it; into
+    `built` if given, so that a caller can close the ones made before a failure."""
     # LoRA A matrices are drawn at construction: seed so that two runs start alike.
     torch.manual_seed(plan.config.assignment_config.random_seed)
-    language_models: dict[str, LanguageModel] = {}
+    language_models = {} if built is None else built
     for name, language_model_plan in plan.language_models.items():
         language_models[name] = instantiate(language_model_plan, language_models)
+    return language_models
+
+
+def build_components(plan: ExperimentPlan) -> Components:
+    language_models = build_language_models(plan)
     callbacks: dict[str, Callback] = {}
     for callback_id, callback_plan in plan.callbacks.items():
         callback = instantiate(callback_plan, language_models)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -86,27 +85,29 @@ def train(plan: OfflineTrainingPlan, groups: list[ScoredGroup], run: RunDirector
     # LoRA A matrices are drawn at construction: seed so that two runs start alike.
     torch.manual_seed(offline.random_seed)
     language_model = instantiate(plan.language_model, {})
-    evaluate, tasks = _validation(plan, language_model, run.path)
-    trainer = OfflineGroupTrainer(offline, language_model, groups, run.path, evaluate,
-                                  show_progress)
+    evaluator = offline_evaluator(plan, language_model)
+    trainer = OfflineGroupTrainer(
+        offline, language_model, groups, run.path,
+        None if evaluator is None else functools.partial(evaluator.evaluate,
+                                                         output_dir=run.path),
+        show_progress)
     try:
         return trainer.train(run, state)
     finally:
-        for task in tasks:
-            task.close()
+        if evaluator is not None:
+            evaluator.task.close()
 
 
-def _validation(plan: OfflineTrainingPlan, language_model: TrainableLanguageModel,
-                output_dir: Path) -> tuple[Callable[..., dict[str, float]] | None, list[Task]]:
-    """The evaluation hook (validation accuracy etc. at an epoch) and the task family it
-    uses (in a list: none without evaluation)."""
+def offline_evaluator(plan: OfflineTrainingPlan,
+                      language_model: TrainableLanguageModel) -> Evaluator | None:
+    """Validation samples of the evaluation's task, answered by its agent on the trained
+    model, at the start and after every epoch (None without evaluation settings)."""
     offline = plan.config.offline_training_config
     evaluation = offline.evaluation
     if evaluation is None or plan.task is None or plan.agent is None:
-        return None, []
+        return None
     models = {offline.language_model.name: language_model}
     agent = instantiate(plan.agent, models)
     task: Task = instantiate(plan.task, models)
-    evaluator = Evaluator(task, agent, ["validation"], evaluation.max_samples,
-                          evaluation.temperature, evaluation.batch_size, offline.random_seed)
-    return functools.partial(evaluator.evaluate, output_dir=output_dir), [task]
+    return Evaluator(task, agent, ["validation"], evaluation.max_samples,
+                     evaluation.temperature, evaluation.batch_size, offline.random_seed)

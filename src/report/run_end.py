@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from src.experiment.evaluation import EVALUATION_PREFIXES
 from src.maths.intervals import success_with_interval
 from src.report.curves import load_metrics, write_report
 from src.report.run_page import write_run_page
@@ -21,11 +22,13 @@ def describe_success(row: dict[str, float], prefix: str = "eval/") -> str:
             f"at step {int(row['step'])}")
 
 
+def evaluation_header(split: str) -> str:
+    return f"evaluation ({split} split, success, 95% Wilson interval)"
+
+
 def evaluation_line(row: dict[str, float], split: str = "validation") -> str:
     """One evaluation's success with its interval, as a run's last lines print it."""
-    prefix = "eval/" if split == "validation" else f"{split}/"
-    return (f"evaluation ({split} split, success, 95% Wilson interval): "
-            f"{describe_success(row, prefix)}")
+    return f"{evaluation_header(split)}: {describe_success(row, EVALUATION_PREFIXES[split])}"
 
 
 def end_lines(output_dir: Path) -> list[str]:
@@ -35,7 +38,7 @@ def end_lines(output_dir: Path) -> list[str]:
     if evaluated:
         figures = " -> ".join(describe_success(row) for row in (
             evaluated[:1] if len(evaluated) == 1 else (evaluated[0], evaluated[-1])))
-        lines = [f"evaluation (validation split, success, 95% Wilson interval): {figures}"]
+        lines = [f"{evaluation_header('validation')}: {figures}"]
     else:
         lines = ["evaluation: none logged (set evaluation.at_start / at_end / every_n_batches)"]
     for marker in sorted(output_dir.glob("*/*/best/best.json")) + sorted(

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from src.agents.agent import Agent
 from src.experiment.assembly import instantiate
 from src.experiment.evaluation import Evaluator
 from src.experiment.run_directory import (
@@ -22,10 +23,11 @@ from src.experiment.run_directory import (
     storage_guard,
 )
 from src.language_models.chat_template import demonstration_ids, probe_turn_boundary
-from src.language_models.language_model import TrainableLanguageModel
+from src.language_models.language_model import LanguageModel, TrainableLanguageModel
 from src.report.run_end import end_of_run_report
 from src.supervised_training.config import (
     SUPERVISED_TRAINING_KEY,
+    SupervisedTrainingConfig,
     SupervisedTrainingPlan,
     load_supervised_config,
     plan_supervised_training,
@@ -69,22 +71,13 @@ def train(plan: SupervisedTrainingPlan, run: RunDirectory, state: RunState,
           show_progress: bool) -> dict:
     """Build the language model, the task and the agent; read the demonstrations; train."""
     supervised = plan.config.supervised_training_config
-    # LoRA A matrices are drawn at construction: seed so that two runs start alike.
-    torch.manual_seed(supervised.random_seed)
-    language_model = instantiate(plan.language_model, {})
-    models = {supervised.language_model.name: language_model}
-    task: Task[Any] = instantiate(plan.task, models)
+    language_model, task, agent = build_parts(plan)
     try:
-        agent = instantiate(plan.agent, models)
         demonstrations = snapshot_demonstrations(run.path, supervised.demonstrations, task,
                                                  supervised.random_seed)
         rows = demonstration_rows(demonstrations, language_model,
                                   getattr(agent, "system_prompt", None))
-        evaluation = supervised.evaluation
-
-        evaluator = None if evaluation is None else Evaluator(
-            task, agent, evaluation.splits, evaluation.max_samples, evaluation.temperature,
-            evaluation.batch_size, supervised.random_seed)
+        evaluator = supervised_evaluator(supervised, task, agent)
         trainer = SupervisedTrainer(
             supervised, language_model, rows, run.path,
             None if evaluator is None else functools.partial(evaluator.evaluate,
@@ -93,6 +86,35 @@ def train(plan: SupervisedTrainingPlan, run: RunDirectory, state: RunState,
         return trainer.train(run, state)
     finally:
         task.close()
+
+
+def build_parts(plan: SupervisedTrainingPlan,
+                models: dict[str, LanguageModel] | None = None
+                ) -> tuple[TrainableLanguageModel, Task[Any], Agent]:
+    """The language model, the task and the agent of a supervised stage, built in this
+    order (the evaluate command builds them the same way); the model also into `models`."""
+    supervised = plan.config.supervised_training_config
+    # LoRA A matrices are drawn at construction: seed so that two runs start alike.
+    torch.manual_seed(supervised.random_seed)
+    models = {} if models is None else models
+    language_model = models[supervised.language_model.name] = instantiate(plan.language_model,
+                                                                          {})
+    task: Task[Any] = instantiate(plan.task, models)
+    try:
+        return language_model, task, instantiate(plan.agent, models)
+    except BaseException:
+        task.close()
+        raise
+
+
+def supervised_evaluator(supervised: SupervisedTrainingConfig, task: Task[Any],
+                         agent: Agent) -> Evaluator | None:
+    """The evaluator the stage's `evaluation` settings describe (None without them)."""
+    evaluation = supervised.evaluation
+    if evaluation is None:
+        return None
+    return Evaluator(task, agent, evaluation.splits, evaluation.max_samples,
+                     evaluation.temperature, evaluation.batch_size, supervised.random_seed)
 
 
 def demonstration_rows(demonstrations: list[Demonstration],

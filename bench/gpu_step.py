@@ -9,7 +9,7 @@ HuggingfaceLoRALanguageModel (LoRA r=16 all-linear). Then, on --device:
    the prefix cache is used) and a short nucleus (top_p) call;
 2. sampler/trainer agreement: the sampled sequences scored with `score()`, |sampling
    log-prob - trainer log-prob| over the sampled tokens (first and second turn);
-3. one GRPO step through RLTrainingCallback.on_batch_end on episodes built from those
+3. one GRPO step through RLTrainingCallback.train on episodes built from those
    samples (random 0/1 rewards with spread in every group; KL k3 to the base model on):
    step time, peak allocated memory, loss, and whether the adapter moved.
 Sampling and the GRPO step each print a roofline line (bench/roofline.py): achieved
@@ -22,7 +22,7 @@ cut to two layers, for checking this script on a CPU).
 python bench/gpu_step.py --shape smollm2-135m|7b|tiny [--assets .gpu_assets/smollm2-135m]
     [--device cuda] [--dtype bfloat16|float32] [--prompts 8] [--samples 4]
     [--prompt_tokens 96] [--new_tokens 128] [--gradient_checkpointing]
-    [--micro_batch_max_tokens 512] [--model_dir DIR] [--out result.json]
+    [--micro_batch_max_tokens 512] [--reproducible] [--model_dir DIR] [--out result.json]
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from roofline import (  # noqa: E402, I001
     training_work,
 )
 
-from src.callbacks.callback import BatchContext  # noqa: E402
+from src.callbacks.callback import BatchContext, TrainingSchedule  # noqa: E402
 from src.callbacks.instance.rl_training_callback import RLTrainingCallback  # noqa: E402
 from src.language_models.instance.huggingface_lora_language_model import (  # noqa: E402
     HuggingfaceLoRALanguageModel,
@@ -62,6 +62,7 @@ from src.language_models.instance.huggingface_lora_language_model import (  # no
 from src.language_models.language_model import SamplingParams, TokenBatch  # noqa: E402
 from src.records.episode import Episode, EpisodeStatus, Outcome, Sample  # noqa: E402
 from src.records.trajectory import Trajectory  # noqa: E402
+from src.runtime.reproducibility import make_reproducible  # noqa: E402
 from src.training.settings import KLSettings, OptimizerSettings  # noqa: E402
 
 GIB = 1024**3
@@ -226,13 +227,13 @@ def grpo_step(model: HuggingfaceLoRALanguageModel, episodes: list[Episode], samp
         optimizer=OptimizerSettings(
             learning_rate=arguments.learning_rate,
             micro_batch_max_tokens=arguments.micro_batch_max_tokens or None))
-    callback.on_run_start(1)
+    callback.prepare(TrainingSchedule(1, len(episodes)))
     before = adapter_snapshot(model)
     reset_peak(model.device)
     allocated_before = memory(model.device).get("allocated_gib")
     synchronize(model.device)
     start = time.perf_counter()
-    metrics = callback.on_batch_end(BatchContext(0, episodes, samples))
+    metrics = callback.train(BatchContext(0, episodes, samples))
     synchronize(model.device)
     seconds = time.perf_counter() - start
     after = adapter_snapshot(model)
@@ -344,7 +345,11 @@ def main() -> None:
     parser.add_argument("--no_peaks", action="store_true",
                         help="skip measuring the device's peaks and the roofline lines")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--reproducible", action="store_true",
+                        help="deterministic kernels, as a run's `reproducible: true` sets them")
     arguments = parser.parse_args()
+    if arguments.reproducible:  # before the first product on the device
+        make_reproducible()
 
     device = torch.device(arguments.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -459,7 +464,7 @@ def main() -> None:
     try:
         second = [t.token_ids + [rng.randrange(low, vocab) for _ in range(8)]
                   for t in trajectories]
-        cached_before = len(model._prefix_cache)
+        cached_before = len(model._sampler.prefix_cache)
         turn2_params = SamplingParams(n=1, max_new_tokens=arguments.second_turn_tokens)
         groups2, result["sampling_turn2"] = timed_generate(model, second, turn2_params)
         result["sampling_turn2"]["prefix_cache_entries_before"] = cached_before

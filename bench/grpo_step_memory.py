@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from src.agents.instance.lora_rl_agent import LoRARLAgent  # noqa: E402
-from src.callbacks.callback import BatchContext  # noqa: E402
+from src.callbacks.callback import BatchContext, TrainingSchedule  # noqa: E402
 from src.callbacks.instance.rl_training_callback import RLTrainingCallback  # noqa: E402
 from src.language_models.instance.huggingface_lora_language_model import (  # noqa: E402
     HuggingfaceLoRALanguageModel,
@@ -56,7 +56,7 @@ def main() -> None:
             learning_rate=1e-5, micro_batch_max_tokens=arguments.micro_batch_max_tokens or None),
         mismatch=MismatchSettings() if exact else MismatchSettings(
             old_logprobs="trainer", correction="tis"))
-    callback.on_run_start(1)
+    callback.prepare(TrainingSchedule(1, arguments.prompts * arguments.samples))
     print(f"after loading: peak RSS {peak_rss_gib():.2f} GiB")
     task = MathProblemsTask(levels=[4], worked_example=False,
                             instruction="Explain your reasoning step by step in detail.")
@@ -76,7 +76,7 @@ def main() -> None:
     rollout = time.perf_counter() - start
     rollout_peak = peak_rss_gib()
     start = time.perf_counter()
-    metrics = callback.on_batch_end(BatchContext(0, episodes, arguments.samples))
+    metrics = callback.train(BatchContext(0, episodes, arguments.samples))
     update = time.perf_counter() - start
     lengths = [episode.trajectory.completion_token_count for episode in episodes]
     print(f"config: {arguments.prompts} prompts x {arguments.samples} samples x "

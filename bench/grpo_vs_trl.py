@@ -14,7 +14,7 @@ token-level TIS (C = 2) corrects for the sampler, as a bf16 run does
 (mismatch: {old_logprobs: trainer, correction: tis}).
 
 - Ours: the code path a run takes: LoRARLAgent + roll_out_lockstep (the experiment
-  loop's rollout, with the task's rewards) + RLTrainingCallback.on_batch_end.
+  loop's rollout, with the task's rewards) + RLTrainingCallback.train.
 - TRL: GRPOTrainer with a datasets.Dataset of the prompt strings and a wrapper around
   the same reward function; num_iterations 1, gradient_accumulation_steps 1, one
   generation batch of 8 x 4 per optimizer step; a TrainerCallback times each step
@@ -68,7 +68,7 @@ from roofline import (  # noqa: E402, I001
 )
 
 from src.agents.instance.lora_rl_agent import LoRARLAgent  # noqa: E402
-from src.callbacks.callback import BatchContext  # noqa: E402
+from src.callbacks.callback import BatchContext, TrainingSchedule  # noqa: E402
 from src.callbacks.instance.rl_training_callback import RLTrainingCallback  # noqa: E402
 from src.experiment.rollout import roll_out_lockstep  # noqa: E402
 from src.language_models.embedded_model import DEFAULT_MODEL, resolve_model_path  # noqa: E402
@@ -162,7 +162,8 @@ class OurTrainer:
             mismatch=MismatchSettings() if exact else MismatchSettings(
                 old_logprobs="trainer", correction="tis", level="token", threshold=2.0),
             seed=arguments.seed)
-        self.callback.on_run_start(arguments.warmup + arguments.pairs)
+        self.callback.prepare(TrainingSchedule(arguments.warmup + arguments.pairs,
+                                                   arguments.prompts * arguments.samples))
         # Timers around the calls the step makes (src/ is unchanged): the model's methods
         # on the instance (the learner scores through the same object), and the clipped
         # optimizer step (clip, AdamW step, schedule, zero_grad) as src.training.learner
@@ -184,7 +185,7 @@ class OurTrainer:
         start = time.perf_counter()
         episodes = roll_out_lockstep(pairs, self.task, self.agent, index, seeds)
         rolled_out = time.perf_counter()
-        metrics = self.callback.on_batch_end(BatchContext(index, episodes, arguments.samples))
+        metrics = self.callback.train(BatchContext(index, episodes, arguments.samples))
         end = time.perf_counter()
         parts = dict(self.watch.seconds)
         total, update = end - start, end - rolled_out

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 
 from src.agents.agent import Agent
@@ -35,7 +34,13 @@ from src.experiment.assembly import (
 )
 from src.experiment.evaluation import EVALUATION_PREFIXES, Evaluator
 from src.experiment.loop import assignment_evaluator
-from src.experiment.run_directory import CONFIG_FILE, STATE_FILE, RunDirectory
+from src.experiment.run_directory import (
+    AGENT_STATE,
+    CONFIG_FILE,
+    STATE_FILE,
+    TASK_STATE,
+    RunDirectory,
+)
 from src.export.checkpoint_export import ExportError, find_adapter
 from src.language_models.language_model import LanguageModel, TrainableLanguageModel
 from src.offline_training.config import (
@@ -43,9 +48,10 @@ from src.offline_training.config import (
     load_offline_config,
     plan_offline_training,
 )
-from src.offline_training.run import offline_evaluator
+from src.offline_training.run import build_policy, offline_evaluator
 from src.report.run_end import evaluation_line
 from src.storage.files import atomic_write_json, atomic_write_text
+from src.storage.state import Stateful, keeps_state
 from src.supervised_training.config import (
     SUPERVISED_TRAINING_KEY,
     load_supervised_config,
@@ -67,7 +73,7 @@ class Built:
     policy: TrainableLanguageModel  # the model whose checkpoints the run saved
     language_models: list[LanguageModel]
     # task and agent state the run checkpointed beside the adapter: store folder -> owner
-    stateful: dict[str, Any] = field(default_factory=dict)
+    stateful: dict[str, Stateful] = field(default_factory=dict)
 
 
 def _only_trainable(models: dict[str, LanguageModel]) -> TrainableLanguageModel:
@@ -84,9 +90,8 @@ def _build_assignment(path: Path, models: dict[str, LanguageModel]) -> Built:
     build_language_models(plan, models)  # as the run built them; no callbacks: no update
     agent: Agent = instantiate(plan.agent, models)
     task: Task[Any] = instantiate(plan.task, models)
-    stateful: dict[str, Any] = {"task_state": task}
-    if agent.has_state:
-        stateful["agent_state"] = agent
+    stateful = {store: owner for store, owner in ((TASK_STATE, task), (AGENT_STATE, agent))
+                if keeps_state(owner)}
     return Built(assignment_evaluator(config.assignment_config, task, agent),
                  _only_trainable(models), list(models.values()), stateful)
 
@@ -108,8 +113,7 @@ def _build_offline(path: Path, models: dict[str, LanguageModel]) -> Built:
     offline = plan.config.offline_training_config
     if offline.evaluation is None:
         raise ConfigError(f"{path}: the run has no evaluation settings (evaluation: null)")
-    torch.manual_seed(offline.random_seed)  # as the run built its model
-    policy = models[offline.language_model.name] = instantiate(plan.language_model, {})
+    policy = models[offline.language_model.name] = build_policy(plan)  # as the run built it
     evaluator = offline_evaluator(plan, policy)
     assert evaluator is not None  # the settings were checked above
     return Built(evaluator, policy, [policy])
@@ -230,7 +234,7 @@ def evaluate(output_dir: Path, target_dir: Path, checkpoint: str = "best",
             folder = RunDirectory(output_dir).path / store / f"checkpoint-{step:06d}"
             if folder.is_dir():
                 owner.restore_state(folder)
-            elif step > 0 and _keeps_state(owner):
+            elif step > 0:
                 raise ExportError(f"{folder} is missing: the run pruned the {store} of step "
                                   f"{step}, which this evaluation needs")
         for language_model in built.language_models:
@@ -246,11 +250,6 @@ def evaluate(output_dir: Path, target_dir: Path, checkpoint: str = "best",
         "adapter": None if adapter is None else str(adapter), "policy_version": version,
         "task_changes": list(task_changes), "evaluation_changes": evaluation_changes or {}})
     return {"step": step, **stats}
-
-
-def _keeps_state(owner: Any) -> bool:
-    return bool(getattr(owner, "learns_from_episodes", False) or getattr(owner, "has_state",
-                                                                          False))
 
 
 def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:

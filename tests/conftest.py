@@ -19,6 +19,16 @@ settings.register_profile("fuzz", max_examples=int(os.environ.get("FUZZ_EXAMPLES
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def reproducible_kernels() -> None:
+    """Every test runs with the deterministic kernels that every pipeline turns on by
+    default (`reproducible`), not only those that happen to follow an in-process run: an op
+    the mode refuses fails the test that uses it."""
+    from src.runtime.reproducibility import make_reproducible
+
+    make_reproducible()
+
+
 @pytest.fixture
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

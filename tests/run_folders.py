@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -37,3 +41,34 @@ def checkpoint_adapter(output: Path, step: int) -> dict[str, torch.Tensor]:
     """The adapter tensors of output/training_state/checkpoint-<step>."""
     folder = output / "training_state" / f"checkpoint-{step:06d}" / "lora_weights"
     return load_file(folder / "adapter_model.safetensors")
+
+
+def committed_batches(output: Path) -> int:
+    """How many batches (steps, epochs) the run folder has committed; -1 before its first
+    commit point is written."""
+    state = output / "run_state.json"
+    return json.loads(state.read_text())["completed_batches"] if state.is_file() else -1
+
+
+def kill_after_commits(config: Path, output: Path, commits: int, timeout_s: float = 300) -> None:
+    """Start the command in a new process and SIGKILL it as soon as it has committed
+    `commits` batches (in the rollout, update or checkpoint write of the next)."""
+    process = subprocess.Popen(process_command(config), cwd=PROJECT_ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout_s
+    while (process.poll() is None and committed_batches(output) < commits
+           and time.monotonic() < deadline):
+        time.sleep(0.01)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    state = json.loads((output / "run_state.json").read_text())
+    assert not state["finished"], "the run ended before it could be killed; slow it down"
+    assert state["completed_batches"] >= commits, "the run died before the kill"
+
+
+def final_checkpoint(output: Path, callback_id: str) -> Path:
+    """The last committed checkpoint folder of a finished run's callback."""
+    state = json.loads((output / "run_state.json").read_text())
+    assert state["finished"]
+    return (output / "callback_state" / callback_id
+            / f"checkpoint-{state['completed_batches']:06d}")

@@ -25,6 +25,7 @@ LAYERS: dict[str, int] = {
     "agents": 2, "tasks": 2,
     "language_models": 1,
     "records": 0, "storage": 0, "maths": 0, "configuration": 0,  # leaves
+    "runtime": 0,  # process-wide execution settings (deterministic kernels)
 }
 
 

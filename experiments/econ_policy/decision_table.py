@@ -6,7 +6,7 @@ For the first and the last evaluation (with --every, or when there is one, for e
 (`evaluation/step-NNNNNN.jsonl`): JSON parse success, share of -1.0 rewards, std of the
 work and of the consumption decisions (parsed replies), mean reward (format failures
 included), mean reward of parsed replies and the rule policy's mean reward on the same
-states (each parsed episode's reward less its `metric/reward_vs_rule`), which the parsed
+states (each parsed episode's reward less its metric `reward_vs_rule`), which the parsed
 replies' mean is to be read against.
 
 A spread of decisions is not yet a policy that reads the state: one stray reply gives a
@@ -43,7 +43,7 @@ HALF_GRID_STEP = 0.01  # shares closer than this to the rule's are the rule's
 def decision_statistics(episodes: list[dict]) -> dict[str, float]:
     if not episodes:
         raise ValueError("no evaluation episodes")
-    parsed = [e for e in episodes if e["info"].get("metric/json_parse_success") == 1.0]
+    parsed = [e for e in episodes if e["metrics"].get("json_parse_success") == 1.0]
     decisions = [d for e in parsed for d in e["info"].get("econ/decisions", [])]
 
     def spread(key: str) -> float:
@@ -51,7 +51,7 @@ def decision_statistics(episodes: list[dict]) -> dict[str, float]:
         return statistics.stdev(values) if len(values) > 1 else 0.0
 
     rewards = [e["reward"] for e in episodes]
-    rule_rewards = [e["reward"] - e["info"]["metric/reward_vs_rule"] for e in parsed]
+    rule_rewards = [e["reward"] - e["metrics"]["reward_vs_rule"] for e in parsed]
     return {
         "JSON parse success": len(parsed) / len(episodes),
         "share of reward -1.0": sum(r == FORMAT_FAILURE_REWARD for r in rewards) / len(rewards),
@@ -85,14 +85,14 @@ def decisions_beside_rule(episodes: list[dict], task: EconDecisionTask
                           ) -> list[DecisionBesideRule]:
     pairs = []
     for episode in episodes:
-        if episode["info"].get("metric/json_parse_success") != 1.0:
+        if episode["metrics"].get("json_parse_success") != 1.0:
             continue
         state = task.sample_state(task.get_sample(episode["sample_id"]))
         rule = rule_decisions(state, task.utility)
         pairs += [DecisionBesideRule(episode["sample_id"], d["work"], d["consumption"],
                                      float(rule.work[d["household"]]),
                                      float(rule.consumption[d["household"]]),
-                                     episode["info"]["metric/reward_vs_rule"])
+                                     episode["metrics"]["reward_vs_rule"])
                   for d in episode["info"].get("econ/decisions", [])]
     return pairs
 

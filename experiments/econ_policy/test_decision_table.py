@@ -26,11 +26,12 @@ from tests.tasks.econ.test_task import SMALL
 def episode(reward: float, work: float | None = None, consumption: float = 0.0,
             vs_rule: float = 0.0) -> dict:
     parsed = work is not None
-    info: dict = {"metric/json_parse_success": float(parsed)}
+    metrics = {"json_parse_success": float(parsed)}
+    info: dict = {}
     if parsed:
         info["econ/decisions"] = [{"household": 0, "work": work, "consumption": consumption}]
-        info["metric/reward_vs_rule"] = vs_rule
-    return {"reward": reward, "info": info}
+        metrics["reward_vs_rule"] = vs_rule
+    return {"reward": reward, "metrics": metrics, "info": info}
 
 
 def test_statistics_by_hand() -> None:
@@ -109,7 +110,7 @@ def test_replies_are_compared_with_the_rule_on_their_own_states() -> None:
     assert against["corr. of consumption with the rule's"] == pytest.approx(-1.0)
     constant = agreement(rule_episodes(task, lambda c: 0.4))
     assert math.isnan(constant["corr. of consumption with the rule's"])
-    unparsed = agreement([{"reward": -1.0, "info": {"metric/json_parse_success": 0.0}}])
+    unparsed = agreement([{"reward": -1.0, "metrics": {"json_parse_success": 0.0}}])
     assert all(math.isnan(value) for value in unparsed.values())
 
 

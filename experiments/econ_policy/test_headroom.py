@@ -23,12 +23,12 @@ def test_the_best_reply_scores_its_reward_through_the_episode_and_is_at_least_th
                          consumption=headroom.best_consumption).to_json()
         episode = run(task, sample_id, [reply])
         assert episode.reward == pytest.approx(headroom.best_reward, abs=1e-12)
-        assert episode.info["metric/reward_vs_rule"] == pytest.approx(
+        assert episode.metrics["reward_vs_rule"] == pytest.approx(
             headroom.best_reward - headroom.rule_reward, abs=1e-12)
         rule_reply = Decision(work=headroom.rule_work,
                               consumption=headroom.rule_consumption).to_json()
         rule_episode = run(task, sample_id, [rule_reply])
-        assert rule_episode.info["metric/reward_vs_rule"] == pytest.approx(0.0, abs=1e-12)
+        assert rule_episode.metrics["reward_vs_rule"] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_one_step_up_is_the_rules_work_with_its_share_raised_by_a_grid_step() -> None:

@@ -6,7 +6,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import final
 
 from src.language_models.language_model import Generation, LanguageModel, SamplingParams
@@ -42,18 +41,6 @@ class Agent(ABC):
     def evaluating(self, temperature: float) -> Iterator[None]:
         """Within this block, act as for evaluation (e.g. greedy decoding)."""
         yield
-
-    @property
-    def has_state(self) -> bool:
-        """Whether the agent keeps state a resumed run needs (it overrides save_state)."""
-        return type(self).save_state is not Agent.save_state
-
-    def save_state(self, directory: Path) -> None:  # noqa: B027 - optional hook
-        """Write what a resumed run needs (state learnt from episodes, e.g. a memory) into
-        `directory` (empty, created by the loop and renamed into place atomically)."""
-
-    def restore_state(self, directory: Path) -> None:  # noqa: B027 - optional hook
-        """Read back what save_state wrote."""
 
     def _start_episode(self, episode: Episode) -> None:  # noqa: B027 - optional hook
         """Hook: set up per-episode state."""

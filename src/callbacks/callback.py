@@ -1,12 +1,20 @@
-"""The callback contract: hooks on every event of the loop, and a state folder of its own."""
+"""The callback contract: hooks on every event of the loop, and a state folder of its own.
+
+Two kinds: an observer (`Callback`) is told what happened; a trainer (`EpisodeTrainer`)
+is also called on purpose: told the run's schedule before the first batch, asked to train
+on each batch's finished episodes (returning its metrics), and handed the step's figures
+(its own, the rollout's and the held-out evaluation's) to choose its best checkpoint by.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from src.records.episode import Episode
+from src.storage.state import Stateful
 
 
 @dataclass(frozen=True)
@@ -18,7 +26,15 @@ class BatchContext:
     group_size: int
 
 
-class Callback:
+@dataclass(frozen=True)
+class TrainingSchedule:
+    """What a trainer is told before the first batch of a run (or of its resumption)."""
+
+    total_batches: int  # the schedule's length
+    episodes_per_batch: int  # a full batch's episodes: samples x group size
+
+
+class Callback(Stateful):
     """Override the hooks you need; all default to doing nothing.
 
     `save_state(directory)` writes everything needed to resume into a fresh folder the
@@ -61,11 +77,38 @@ class Callback:
         figures, under each split's prefix. It comes after `on_batch_end` and before
         `save_state` of the same step."""
 
-    def save_state(self, directory: Path) -> None:  # noqa: B027
+    def save_state(self, directory: Path) -> None:
         """Write the callback's state into `directory` (empty, created by the loop)."""
 
-    def restore_state(self, directory: Path) -> None:  # noqa: B027
+    def restore_state(self, directory: Path) -> None:
         """Read back what save_state wrote."""
 
     def close(self) -> None:  # noqa: B027
         """The run ended (finished, failed or interrupted): release processes it started."""
+
+
+class EpisodeTrainer(Callback):
+    """A callback the loop trains through: `prepare` once the schedule is known, `train`
+    after each batch, `consider_best` with the step's figures before its checkpoint is
+    written. Its other hooks are an observer's."""
+
+    @abstractmethod
+    def prepare(self, schedule: TrainingSchedule) -> None:
+        """The run (or its resumption) starts with this schedule; raise ValueError for one
+        this trainer cannot follow."""
+
+    @abstractmethod
+    def train(self, batch: BatchContext) -> dict[str, float]:
+        """Train on the batch's finished episodes; the metrics to log."""
+
+    def consider_best(self, step: int, figures: Mapping[str, float]) -> None:  # noqa: B027
+        """Step `step` is about to be committed with these figures (the trainer's metrics,
+        the rollout's and any evaluation's, under their logged names): the place to mark
+        its checkpoint a new best (src.training.checkpoints.mark_best, in save_state)."""
+
+    @classmethod
+    def oldest_trained(cls, parameters: Mapping[str, object]) -> int | None:
+        """How many updates old an episode may be and still be trained on by a trainer of
+        these (configured) parameters; None: any. Checked against rollout.max_staleness
+        before any weights load."""
+        return None

@@ -185,6 +185,10 @@ class AssignmentConfig(StrictModel):
     # default: the task's order; random: shuffled per epoch; or a list of sample ids
     sample_order: Literal["default", "random"] | list[str] = "default"
     random_seed: int = 42  # the sample order, episode seeds, torch's seed
+    # deterministic kernels (src/runtime/reproducibility.py), so that a run repeats bit for
+    # bit on CUDA as it does on the CPU (where they change nothing); on CUDA they may cost
+    # speed
+    reproducible: bool = True
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     trackers: TrackersConfig = Field(default_factory=TrackersConfig)
@@ -203,4 +207,9 @@ RESUME_SAFE_KEYS: frozenset[str] = frozenset({
     "assignment_config.evaluation.every_n_batches",
     "assignment_config.evaluation.at_end",
     "assignment_config.trackers",
+    # the same sums in a fixed order, not other sums: a run started without the setting
+    # (or before it existed) goes on with it
+    "assignment_config.reproducible",
+    "supervised_training_config.reproducible",
+    "offline_training_config.reproducible",
 })

@@ -14,7 +14,7 @@ import torch
 from pydantic import BaseModel
 
 from src.agents.agent import Agent
-from src.callbacks.callback import Callback
+from src.callbacks.callback import Callback, EpisodeTrainer
 from src.configuration.assignment import (
     ComponentConfig,
     ExperimentConfig,
@@ -28,6 +28,8 @@ from src.configuration.components import (
 from src.configuration.errors import ConfigError
 from src.configuration.yaml_source import YamlSource
 from src.language_models.language_model import LanguageModel
+from src.runtime.reproducibility import make_reproducible
+from src.storage.state import Stateful
 from src.tasks.task import Task
 
 
@@ -201,23 +203,23 @@ def _check_overlapped_rollouts(plan: ExperimentPlan) -> None:
             f"agent must sample from a rollout pool (a copy of the policy in other "
             f"processes); it samples from {in_process or 'no language model of this run'}",
             ("assignment_config", "rollout", "max_staleness"))
-    if plan.agent.cls.save_state is not Agent.save_state:
+    if issubclass(plan.agent.cls, Stateful):
         raise plan.source.error(
             f"is {staleness}, but agent '{plan.agent.name}' keeps state learnt from episodes "
             f"(it saves state with each batch), and the batch sampled ahead would reach it "
             f"before its batch is committed; use max_staleness 0 with this agent",
             ("assignment_config", "rollout", "max_staleness"))
     for callback_id, callback in plan.callbacks.items():
-        fields = constructor_fields(callback.cls)
-        if "max_policy_staleness" not in fields:
+        if not issubclass(callback.cls, EpisodeTrainer):
             continue
-        kept = callback.parameters.get("max_policy_staleness", fields["max_policy_staleness"][1])
+        kept = callback.cls.oldest_trained(callback.parameters)
         if kept is not None and kept < staleness:
             raise plan.source.error(
-                f"is {kept}, below rollout.max_staleness={staleness}: every sample of an "
-                f"overlapped batch would be dropped; set it to {staleness} (or null)",
-                ("assignment_config", "callback_dict", callback_id, "parameters",
-                 "max_policy_staleness"))
+                f"train only on episodes at most {kept} updates old, below "
+                f"rollout.max_staleness={staleness}: every sample of an overlapped batch "
+                f"would be dropped; let the trainer keep episodes {staleness} updates old "
+                f"(RLTrainingCallback: max_policy_staleness {staleness}, or null)",
+                ("assignment_config", "callback_dict", callback_id, "parameters"))
 
 
 @dataclass
@@ -248,6 +250,8 @@ def build_language_models(plan: ExperimentPlan,
                           ) -> dict[str, LanguageModel]:
     """The run's language models in the config's order, each given those before it; into
     `built` if given, so that a caller can close the ones made before a failure."""
+    if plan.config.assignment_config.reproducible:  # before any weight touches a device
+        make_reproducible()
     # LoRA A matrices are drawn at construction: seed so that two runs start alike.
     torch.manual_seed(plan.config.assignment_config.random_seed)
     language_models = {} if built is None else built

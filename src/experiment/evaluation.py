@@ -38,13 +38,13 @@ def evaluation_file(output_dir: Path, step: int, split: str = "validation") -> P
 
 
 def task_metrics(records: Sequence[EpisodeRecord], prefix: str) -> dict[str, float]:
-    """Means of the numeric `metric/...` entries tasks put in episode info."""
-    sums: dict[str, list[float]] = {}
+    """Each metric's mean, under `prefix` + its name, over the episodes that report it (a
+    task or agent reports some only where they apply)."""
+    values: dict[str, list[float]] = {}
     for record in records:
-        for key, value in record.info.items():
-            if key.startswith("metric/") and isinstance(value, int | float):
-                sums.setdefault(prefix + key.removeprefix("metric/"), []).append(float(value))
-    return {key: sum(values) / len(values) for key, values in sums.items()}
+        for name, value in record.metrics.items():
+            values.setdefault(prefix + name, []).append(value)
+    return {key: sum(entries) / len(entries) for key, entries in values.items()}
 
 
 @dataclass

@@ -15,7 +15,7 @@ import torch
 from tqdm import tqdm
 
 from src.agents.agent import Agent
-from src.callbacks.callback import BatchContext
+from src.callbacks.callback import BatchContext, EpisodeTrainer, TrainingSchedule
 from src.configuration.assignment import AssignmentConfig
 from src.experiment.assembly import Components
 from src.experiment.dynamic_sampling import fill_batch_with_spread
@@ -23,12 +23,11 @@ from src.experiment.evaluation import Evaluator, task_metrics
 from src.experiment.metrics import MetricsLog, episode_statistics, summarize
 from src.experiment.rollout import episode_seed, roll_out_seeded
 from src.experiment.run_directory import RunDirectory, RunState
-from src.experiment.run_protocol import RunProtocol, Stateful
+from src.experiment.run_protocol import RunProtocol
 from src.experiment.worker_thread import WorkerThread
 from src.records.episode import Episode, EpisodeRecord, Sample
-from src.storage.files import (
-    JsonlLog,
-)
+from src.storage.files import JsonlLog
+from src.storage.state import Stateful, keeps_state
 from src.tasks.task import Task
 from src.training.checkpoints import CheckpointStore
 
@@ -85,7 +84,7 @@ class ExperimentLoop:
         self.metrics = MetricsLog(run.path, assignment.trackers)
         # the task family, built once: every episode of the run is one of its environments
         self.task: Task[Any] = components.make_task()
-        if assignment.rollout.max_staleness and self.task.learns_from_episodes:
+        if assignment.rollout.max_staleness and keeps_state(self.task):
             raise ValueError(
                 f"assignment_config.rollout.max_staleness is {assignment.rollout.max_staleness}, "
                 f"but the task {type(self.task).__name__} keeps a memory learnt from episodes, "
@@ -189,18 +188,23 @@ class ExperimentLoop:
         task = self.task
         schedule = Schedule.build(task.sample_ids("train"), assignment)
         total = len(schedule.batches)
-        # Each callback's checkpoints, then the task family's (and the agent's, if it keeps
-        # state): one store each.
+        # Each callback's checkpoints, then the task family's and the agent's where they
+        # keep state: one store each.
         parts: list[tuple[CheckpointStore, Stateful]] = [
             (self.run.callback_store(callback_id), callback)
             for callback_id, callback in callbacks.items()]
-        parts.append((self.run.task_store(), task))
-        if self.components.agent.has_state:
+        if keeps_state(task):
+            parts.append((self.run.task_store(), task))
+        if keeps_state(self.components.agent):
             parts.append((self.run.agent_store(), self.components.agent))
         protocol = RunProtocol(self.run, self.metrics.jsonl, parts, self.runs_log)
+        episodes_per_batch = assignment.rollout.batch_size * assignment.rollout.group_size
+        trainers = [callback for callback in callbacks.values()
+                    if isinstance(callback, EpisodeTrainer)]
+        for trainer in trainers:
+            trainer.prepare(TrainingSchedule(total, episodes_per_batch))
         for callback in callbacks.values():
-            callback.on_run_start(total, assignment.rollout.batch_size
-                                  * assignment.rollout.group_size)
+            callback.on_run_start(total, episodes_per_batch)
         # The logs cut back to the last committed batch: the batch in flight is redone.
         protocol.restore(state)
         evaluation = assignment.evaluation
@@ -245,17 +249,21 @@ class ExperimentLoop:
                 metrics.update(task_metrics(records, "rollout/"))
                 context = BatchContext(batch_index, trained, group_size)
                 updating = time.perf_counter()
+                for trainer in trainers:
+                    metrics.update(trainer.train(context))
+                metrics["time/update_seconds"] = time.perf_counter() - updating
                 for callback in callbacks.values():
                     metrics.update(callback.on_batch_end(context))
-                metrics["time/update_seconds"] = time.perf_counter() - updating
                 for language_model in self.components.language_models.values():
                     metrics.update(language_model.drain_metrics())
                 self.metrics.log(step, metrics)
+                figures = dict(metrics)
                 if evaluation.every_n_batches and step % evaluation.every_n_batches == 0 or evaluation.at_end and step == total:
                     if ahead is not None:  # the evaluation samples through the same agent
                         wait([ahead])
-                    self.evaluate(step)
-
+                    figures.update(self.evaluate(step))
+                for trainer in trainers:
+                    trainer.consider_best(step, figures)
                 protocol.commit(step)
                 # after the commit: a batch redone on resume may sample other episodes (on a
                 # GPU), and the trackers should show the ones runs.jsonl keeps

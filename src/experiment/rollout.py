@@ -14,7 +14,7 @@ from src.callbacks.callback import Callback
 from src.configuration.assignment import FaultPolicy
 from src.experiment.worker_thread import WorkerThread
 from src.records.chat import Role
-from src.records.episode import Episode, EpisodeStatus, Outcome, Sample
+from src.records.episode import Episode, EpisodeStatus, Sample
 from src.tasks.task import Task
 
 logger = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ def roll_out_lockstep(samples: Sequence[tuple[Sample, int]], task: Task[Any], ag
 
     Every round, the agent answers all running episodes in one call; finished episodes
     drop out while the others go on. At the end each group (episodes of one sample) gets
-    its group-wise rewards from the family, and every environment is closed. An
+    its group-wise scores from the family, and every environment is closed. An
     environment that raises or overruns `faults.step_timeout_s` ends its episode as
     `task_error`; a model call that still raises after `faults.model_retries` retries ends
     the episodes it served as `agent_error`.
@@ -133,7 +133,10 @@ def roll_out_lockstep(samples: Sequence[tuple[Sample, int]], task: Task[Any], ag
             # a failed episode has no outcome to score
             scored = [episode for episode in group if not episode.status.failed]
             if scored:
-                task.score_group(scored)
+                for episode, score in zip(scored, task.score_group(scored), strict=True):
+                    episode.reward = score.reward
+                    episode.metrics.update(score.metrics)
+                    episode.info.update(score.info)
     finally:
         for episode, thread in zip(episodes, threads, strict=True):
             _close(episode, thread)
@@ -166,9 +169,10 @@ def _interact(episode: Episode, reply: str, thread: _EnvironmentThread,
         _record_failure(episode, EpisodeStatus.TASK_ERROR, "step")
         return
     episode.reward += reward
-    episode.status = EpisodeStatus(info.pop("status"))
-    episode.outcome = Outcome(info.pop("outcome"))
-    episode.info.update(info)
+    episode.status = info["status"]
+    episode.outcome = info["outcome"]
+    episode.metrics.update(info["metrics"])
+    episode.info.update(info["extras"])
     if episode.running:
         episode.add_message(Role.USER, observation)
     for callback in callbacks:
@@ -192,7 +196,7 @@ def _close(episode: Episode, thread: _EnvironmentThread) -> None:
 
 def _record_failure(episode: Episode, status: EpisodeStatus, stage: str) -> None:
     """End `episode` with a failure `status` raised in `stage` (reset, step, model call);
-    call from the `except` block that caught it. The reason goes in info[status]."""
+    call from the `except` block that caught it. The reason goes in its `error`."""
     logger.exception("%s in %s of sample %s", status.value, stage, episode.sample.sample_id)
     episode.status = status
-    episode.info[status.value] = f"{stage}: {traceback.format_exc(limit=3)}"
+    episode.error = f"{stage}: {traceback.format_exc(limit=3)}"

@@ -11,24 +11,13 @@ from a committed step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Protocol
 
 from src.experiment.run_directory import RunDirectory, RunState
 from src.storage.files import JsonlLog
+from src.storage.state import Stateful
 from src.training.checkpoints import CheckpointStore
 
 CHECKPOINTS_KEPT = 3
-
-
-class Stateful(Protocol):
-    """What a resumed run needs of a part (a trainer, a task, an agent)."""
-
-    def save_state(self, directory: Path) -> None:
-        """Write everything needed to resume into `directory` (a fresh folder)."""
-
-    def restore_state(self, directory: Path) -> None:
-        """Read back what `save_state` wrote."""
 
 
 @dataclass

@@ -1,10 +1,20 @@
-"""The language-model contract: batched sampling of token ids with their log-probs.
+"""The language-model contracts: batched sampling of token ids with their log-probs.
 
-Three layers, each a class an implementation subclasses:
-- `LanguageModel`: anything that samples (an engine, a pool of engines);
-- `InferenceEngine`: one engine a pool can build from the trainer and keep in sync
-  (adapter loading by version, sequence log-probs); a new engine is one such class;
-- `TrainableLanguageModel`: an engine whose adapter is also trained in process.
+Each is a class an implementation subclasses:
+- `LanguageModel`: anything that samples (an in-process policy, an engine, a pool of
+  engines); an agent is configured to sample from one by name, so vLLM or a rollout pool
+  in place of the trained policy is a configuration choice;
+- `VersionedPolicy`: a LanguageModel whose weights are a base model plus a LoRA adapter
+  loaded by policy version, whose sequences can be scored (how a pool checks an engine
+  against the trainer);
+- `InferenceEngine`: a VersionedPolicy a pool can build from the trainer and keep in
+  sync, in another process; a new engine is one such class;
+- `TrainableLanguageModel`: a VersionedPolicy whose adapter is trained in process
+  (scoring with gradients, sharding, saving). Being trained does not make a model an
+  engine: the Hugging Face policy is both, by subclassing both.
+
+How an in-process policy samples its own weights is its `Sampler`'s business
+(src.language_models.sampler).
 """
 
 from __future__ import annotations
@@ -140,34 +150,11 @@ class LanguageModel(ABC):
         self.close()
 
 
-@dataclass(frozen=True)
-class EnginePlacement:
-    """What a rollout pool gives each engine it starts."""
+class VersionedPolicy(LanguageModel):
+    """A policy at a known version: a base model plus a LoRA adapter loaded by version,
+    whose sequences can be scored token by token."""
 
-    gpus_per_engine: int = 0
-    tensor_parallel_size: int = 1  # GPUs one engine shards its weights over
-
-
-class InferenceEngine(LanguageModel):
-    """One engine: samples under an adapter it loads by policy version, scores sequences.
-
-    A rollout pool runs any subclass in its actors: it builds one from the trainer with
-    `parameters_for_pool`, sends it adapters with `load_adapter`, samples with a seed
-    (a replacement engine repeats a failed request exactly) and checks it against the
-    trainer with `sequence_logprobs`.
-    """
-
-    # whether one engine can shard its weights over several GPUs (tensor_parallel_size > 1)
-    supports_tensor_parallel: ClassVar[bool] = False
     _policy_version: int = 0  # until the first adapter or update
-
-    @classmethod
-    @abstractmethod
-    def parameters_for_pool(cls, trainer: TrainableLanguageModel,
-                            placement: EnginePlacement) -> dict[str, Any]:
-        """Constructor parameters of an engine that serves `trainer`'s policy: the same
-        base model, room for its adapter, the trainer's chat roles. Raises TypeError for a
-        trainer this engine cannot serve."""
 
     @property
     def policy_version(self) -> int:
@@ -179,13 +166,42 @@ class InferenceEngine(LanguageModel):
 
     @abstractmethod
     def load_adapter(self, directory: Path, version: int) -> None:
-        """Sample with the PEFT adapter saved in `directory` from the next call on, its
-        tokens labelled with policy version `version`."""
+        """Use the PEFT adapter saved in `directory` from the next call on, its weights
+        labelled with policy version `version`."""
 
     @abstractmethod
     def sequence_logprobs(self, sequences: Sequence[Sequence[int]],
                           temperature: float = 1.0) -> list[list[float]]:
         """Log-prob of each token given the ones before it (the first token gets 0.0)."""
+
+
+@dataclass(frozen=True)
+class EnginePlacement:
+    """What a rollout pool gives each engine it starts."""
+
+    gpus_per_engine: int = 0
+    tensor_parallel_size: int = 1  # GPUs one engine shards its weights over
+
+
+class InferenceEngine(VersionedPolicy):
+    """One engine: samples under an adapter it loads by policy version, scores sequences.
+
+    A rollout pool runs any subclass in its actors: it builds one from the trainer with
+    `parameters_for_pool`, sends it adapters with `load_adapter`, samples with a seed
+    (a replacement engine repeats a failed request exactly) and checks it against the
+    trainer with `sequence_logprobs`.
+    """
+
+    # whether one engine can shard its weights over several GPUs (tensor_parallel_size > 1)
+    supports_tensor_parallel: ClassVar[bool] = False
+
+    @classmethod
+    @abstractmethod
+    def parameters_for_pool(cls, trainer: TrainableLanguageModel,
+                            placement: EnginePlacement) -> dict[str, Any]:
+        """Constructor parameters of an engine that serves `trainer`'s policy: the same
+        base model, room for its adapter, the trainer's chat roles. Raises TypeError for a
+        trainer this engine cannot serve."""
 
 
 @dataclass
@@ -196,8 +212,11 @@ class ScoredTokens:
     entropy: torch.Tensor | None  # [batch, length]
 
 
-class TrainableLanguageModel(InferenceEngine):
-    """A policy whose adapter is trained in process."""
+class TrainableLanguageModel(VersionedPolicy):
+    """A policy whose adapter is trained in process: it scores token batches (with
+    gradients in train mode), hands out its trainable parameters, saves and loads its
+    adapter, and may be replicated into or sharded over trainer workers. It samples as any
+    LanguageModel does; serving a rollout pool is the InferenceEngine contract's part."""
 
     @property
     def packs_shared_prefixes(self) -> bool:
@@ -252,6 +271,6 @@ class TrainableLanguageModel(InferenceEngine):
     @abstractmethod
     def eval_mode(self) -> None: ...
 
-    @abstractmethod
     def mark_updated(self) -> None:
         """Record that an optimiser step changed the weights (bumps policy_version)."""
+        self.set_policy_version(self.policy_version + 1)

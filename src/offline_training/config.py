@@ -106,6 +106,7 @@ class OfflineEvaluationConfig(StrictModel):
 class OfflineTrainingConfig(StrictModel):
     output_dir: str
     random_seed: int = 42
+    reproducible: bool = True  # deterministic kernels: as the assignment's `reproducible`
     language_model: ComponentConfig
     system_prompt: str | None = None  # as the agent that produced the candidates had it
     groups: GroupsConfig

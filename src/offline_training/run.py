@@ -37,6 +37,7 @@ from src.offline_training.groups import (
 )
 from src.offline_training.trainer import OfflineGroupTrainer
 from src.report.run_end import end_of_run_report
+from src.runtime.reproducibility import make_reproducible
 from src.tasks.task import Task
 
 
@@ -82,9 +83,7 @@ def train(plan: OfflineTrainingPlan, groups: list[ScoredGroup], run: RunDirector
           state: RunState, show_progress: bool) -> dict:
     """Build the language model (and the evaluation task and agent), then train."""
     offline = plan.config.offline_training_config
-    # LoRA A matrices are drawn at construction: seed so that two runs start alike.
-    torch.manual_seed(offline.random_seed)
-    language_model = instantiate(plan.language_model, {})
+    language_model = build_policy(plan)
     evaluator = offline_evaluator(plan, language_model)
     trainer = OfflineGroupTrainer(
         offline, language_model, groups, run.path,
@@ -96,6 +95,17 @@ def train(plan: OfflineTrainingPlan, groups: list[ScoredGroup], run: RunDirector
     finally:
         if evaluator is not None:
             evaluator.task.close()
+
+
+def build_policy(plan: OfflineTrainingPlan) -> TrainableLanguageModel:
+    """The trained language model, built as every run of the config builds it (the
+    evaluate command too)."""
+    offline = plan.config.offline_training_config
+    if offline.reproducible:  # before any weight touches a device
+        make_reproducible()
+    # LoRA A matrices are drawn at construction: seed so that two runs start alike.
+    torch.manual_seed(offline.random_seed)
+    return instantiate(plan.language_model, {})
 
 
 def offline_evaluator(plan: OfflineTrainingPlan,

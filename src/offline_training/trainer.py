@@ -36,6 +36,7 @@ from src.language_models.language_model import TrainableLanguageModel
 from src.offline_training.config import OfflineTrainingConfig
 from src.offline_training.groups import ScoredGroup, tokenize_groups
 from src.storage.files import atomic_directory
+from src.storage.state import Stateful
 from src.training.checkpoints import TRAINING_STEP, CheckpointStore, improves, mark_best
 from src.training.kl import kl_penalty
 from src.training.kl_control import KLController
@@ -66,7 +67,7 @@ def is_new_best(best: dict[str, float] | None, margin: float | None, kl: float,
     return kl <= kl_limit and improves(margin, None if best is None else best[MARGIN])
 
 
-class OfflineGroupTrainer:
+class OfflineGroupTrainer(Stateful):
     def __init__(self, config: OfflineTrainingConfig, language_model: TrainableLanguageModel,
                  groups: list[ScoredGroup], output_dir: Path,
                  evaluate: Callable[..., dict[str, float]] | None = None,

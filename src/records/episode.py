@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -46,7 +46,14 @@ class Sample(BaseModel):
 
 
 class EpisodeRecord(BaseModel):
-    """One line of runs.jsonl."""
+    """One line of runs.jsonl (and of an evaluation file).
+
+    Attributes:
+        metrics: the episode's figures by name, from its task and agent; the loop logs
+            their means as `rollout/<name>`, `eval/<name>`.
+        error: why a failed episode (`task_error`, `agent_error`) failed; None otherwise.
+        info: free-form entries of the task and agent, kept for reading the run.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -62,6 +69,8 @@ class EpisodeRecord(BaseModel):
     completion_tokens: int
     policy_version: int | None = None
     chat: list[ChatMessage]
+    metrics: dict[str, float] = Field(default_factory=dict)
+    error: str | None = None
     info: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -71,6 +80,21 @@ def count_successes(records: Iterable[EpisodeRecord]) -> int:
     return sum(record.outcome is Outcome.CORRECT for record in records)
 
 
+class StepInfo(TypedDict):
+    """The info of an episode environment's step: a dict, as Gymnasium's contract has it,
+    whose keys are fixed and typed.
+
+    `status` is RUNNING while the episode goes on; `metrics` are the step's figures by
+    name (a later step's value of a name replaces an earlier one's); `extras` are
+    free-form entries for the episode's info.
+    """
+
+    status: EpisodeStatus
+    outcome: Outcome
+    metrics: dict[str, float]
+    extras: dict[str, Any]
+
+
 class EpisodeEnvironment(Protocol):
     """What the rollout and agents call on an episode's environment.
 
@@ -78,7 +102,7 @@ class EpisodeEnvironment(Protocol):
     import nothing from the tasks above them.
     """
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]: ...
+    def step(self, action: str) -> tuple[str, float, bool, bool, StepInfo]: ...
 
     def oracle_reply(self) -> str: ...
 
@@ -87,7 +111,12 @@ class EpisodeEnvironment(Protocol):
 
 @dataclass
 class Episode:
-    """The live state of one episode while a batch is stepped in lockstep."""
+    """The live state of one episode while a batch is stepped in lockstep.
+
+    Its task and agent write the episode's figures into `metrics` (float values, averaged
+    by the loop under their names) and anything else worth keeping into `info`; a failed
+    episode's reason goes in `error`.
+    """
 
     sample: Sample
     group_index: int
@@ -98,6 +127,8 @@ class Episode:
     outcome: Outcome = Outcome.UNKNOWN
     reward: float = 0.0
     turns: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
     trajectory: Trajectory | None = None
 
@@ -123,5 +154,7 @@ class Episode:
             completion_tokens=trajectory.completion_token_count if trajectory else 0,
             policy_version=trajectory.policy_version if trajectory else None,
             chat=list(self.chat),
+            metrics=self.metrics,
+            error=self.error,
             info=self.info,
         )

@@ -3,15 +3,15 @@
     python -m src.report.paired_comparison BEFORE_JSONL [AFTER_JSONL] [--measure MEASURE]
 
 Each file is a run's evaluation episodes (OUTPUT_DIR/evaluation/step-N.jsonl). MEASURE is
-`success` (1 for outcome `correct`, else 0; the default), `reward`, or a key of the
-episodes' info (econ's `metric/reward_vs_rule`: a parsed reply's reward less the rule
+`success` (1 for outcome `correct`, else 0; the default), `reward`, or the name of one of
+the episodes' metrics (econ's `reward_vs_rule`: a parsed reply's reward less the rule
 policy's on the same state; replies that did not parse carry none). Episodes pair by
 sample id; a sample without the measure on either side is left out, and counted.
 
 Prints each side's mean, the mean difference (after - before) with its 95% bootstrap
 interval (10,000 resamples of the pairs, percentile, fixed seed), and how many pairs went
 up, down or stayed. With one file, the mean of its measure and that mean's interval (for
-`metric/reward_vs_rule`: above 0 is above the rule policy). Success is in percentage points.
+`reward_vs_rule`: above 0 is above the rule policy). Success is in percentage points.
 """
 
 from __future__ import annotations
@@ -36,11 +36,7 @@ def measure_of(name: str) -> Callable[[EpisodeRecord], float | None]:
         return lambda record: 100.0 * count_successes([record])
     if name == REWARD:
         return lambda record: record.reward
-
-    def info_value(record: EpisodeRecord) -> float | None:
-        value = record.info.get(name)
-        return None if value is None else float(value)
-    return info_value
+    return lambda record: record.metrics.get(name)
 
 
 def measures_by_sample(path: Path, measure: Callable[[EpisodeRecord], float | None]
@@ -121,7 +117,7 @@ def main() -> None:
     parser.add_argument("before", type=Path, metavar="BEFORE_JSONL")
     parser.add_argument("after", type=Path, nargs="?", metavar="AFTER_JSONL")
     parser.add_argument("--measure", default=SUCCESS,
-                        help="success, reward, or a key of the episodes' info")
+                        help="success, reward, or the name of an episode metric")
     arguments = parser.parse_args()
     print(single_mean(arguments.before, arguments.measure) if arguments.after is None
           else paired_comparison(arguments.before, arguments.after, arguments.measure), end="")

@@ -80,19 +80,28 @@
     }));
   }
 
-  function renderEpisode(index, title) {
-    const info = Object.entries(field(index, "info") || {}).map(([key, value]) => el("tr", {},
+  // a mapping column (metrics, info) as an open table of its entries; null when empty
+  function renderEntries(index, name) {
+    const rows = Object.entries(field(index, name) || {}).map(([key, value]) => el("tr", {},
       el("td", {}, key),
       el("td", {}, typeof value === "object" && value !== null ? JSON.stringify(value)
         : show(value))));
+    return rows.length ? el("details", {open: ""}, el("summary", {}, name),
+      el("table", {class: name}, el("tbody", {}, ...rows))) : null;
+  }
+
+  function renderEpisode(index, title) {
+    const error = field(index, "error");
     return el("div", {class: "episode panel", "data-episode": index},
       title ? el("h2", {}, title) : null,
       el("div", {class: "facts"}, ...FACTS.map(([label, name]) => el("span", {},
         el("b", {}, `${label}: `), el("span", {class: name === "outcome"
           ? `outcome-${field(index, name)}` : ""}, show(field(index, name)))))),
       renderChat(index),
-      info.length ? el("details", {open: ""}, el("summary", {}, "metrics (info)"),
-        el("table", {class: "info"}, el("tbody", {}, ...info))) : null);
+      error ? el("details", {open: ""}, el("summary", {}, "error"), el("pre", {}, error))
+        : null,
+      renderEntries(index, "metrics"),
+      renderEntries(index, "info"));
   }
 
   // ---- the episode browser ----------------------------------------------------------

@@ -39,7 +39,7 @@ COMPARED_OF_THIS_RUN = 8  # evaluations of a split offered for comparison (all p
 COMPARED_OF_ANOTHER_RUN = 4
 COLUMNS = ["source", "step", "sample_id", "group_index", "category", "status", "outcome",
            "reward", "turns", "prompt_tokens", "completion_tokens", "policy_version", "chat",
-           "info"]
+           "metrics", "error", "info"]
 
 
 @dataclass
@@ -100,7 +100,8 @@ class EpisodeTable:
         self.rows.append([source, step, record.sample_id, record.group_index, record.category,
                           record.status.value, record.outcome.value, _finite(record.reward),
                           record.turns, record.prompt_tokens, record.completion_tokens,
-                          record.policy_version, chat, _finite(record.info)])
+                          record.policy_version, chat, _finite(record.metrics), record.error,
+                          _finite(record.info)])
         return len(self.rows) - 1
 
 

@@ -141,6 +141,7 @@ class SupervisedTrainingConfig(StrictModel):
 
     output_dir: str
     random_seed: int = 42
+    reproducible: bool = True  # deterministic kernels: as the assignment's `reproducible`
     language_model: ComponentConfig
     # the oracle's demonstrations (train split) and the evaluation (held-out splits)
     task: ComponentConfig

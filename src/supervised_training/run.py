@@ -25,6 +25,7 @@ from src.experiment.run_directory import (
 from src.language_models.chat_template import demonstration_ids, probe_turn_boundary
 from src.language_models.language_model import LanguageModel, TrainableLanguageModel
 from src.report.run_end import end_of_run_report
+from src.runtime.reproducibility import make_reproducible
 from src.supervised_training.config import (
     SUPERVISED_TRAINING_KEY,
     SupervisedTrainingConfig,
@@ -94,6 +95,8 @@ def build_parts(plan: SupervisedTrainingPlan,
     """The language model, the task and the agent of a supervised stage, built in this
     order (the evaluate command builds them the same way); the model also into `models`."""
     supervised = plan.config.supervised_training_config
+    if supervised.reproducible:  # before any weight touches a device
+        make_reproducible()
     # LoRA A matrices are drawn at construction: seed so that two runs start alike.
     torch.manual_seed(supervised.random_seed)
     models = {} if models is None else models

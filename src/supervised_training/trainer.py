@@ -31,6 +31,7 @@ from src.experiment.metrics import MetricsLog
 from src.experiment.run_directory import RunDirectory, RunState
 from src.experiment.run_protocol import RunProtocol
 from src.language_models.language_model import TrainableLanguageModel
+from src.storage.state import Stateful
 from src.supervised_training.config import SupervisedTrainingConfig
 from src.training.checkpoints import CheckpointStore, improves, mark_best
 from src.training.learner import Learner, StepResult
@@ -54,7 +55,7 @@ def length_bucketed_batches(lengths: Sequence[int], batch_size: int, window_batc
     return batches
 
 
-class SupervisedTrainer:
+class SupervisedTrainer(Stateful):
     def __init__(self, config: SupervisedTrainingConfig, language_model: TrainableLanguageModel,
                  rows: TokenRows, output_dir: Path,
                  evaluate: Callable[..., dict[str, float]] | None = None,

@@ -7,18 +7,27 @@ naming parameters among `REWARD_ARGUMENTS`, and receives only those, by keyword:
 - `answer`: the sample's `answer` field (None where it has none; `SingleTurnTask` refuses
   such samples when a function asks for it);
 - `sample`: all the sample's fields, the mapping it was written as (read-only);
+- `sample_id`: the sample's id (verl's `compute_score` is given it in `extra_info`);
 - `prompt`: the text the task asked.
 
-A function taking `**kwargs` receives all four. Asking for any other parameter without a
-default is an error when the rubric is built, not when the first reply comes.
+A function taking `**kwargs` receives all five. Asking for any other parameter without a
+default is an error when the rubric is built, not when the first reply comes. A function
+may return a `DetailedReward` instead of a float: its value, and figures of its own that
+are reported as `<name>/<key>` (verl's dict of a `score` and other numbers).
 
-The score is the weighted sum of the values. Each function's value is reported as the
-episode metric `metric/<name>` (so the loop logs `rollout/<name>` and `eval/<name>`) with
-`metric/<name>/error` beside it: replies are untrusted text, and a function that raises on
-one (or returns something other than a finite number) gets 0 for that reply and error 1,
-its message goes in the episode's info under `reward_function_errors`, and the run goes on.
-The first failure of each function is also logged with its traceback, so that a bug in the
-function itself (every reply scoring 0) does not pass silently.
+The score is the weighted sum of the values, added in the order of the functions. Each
+function's value is reported as the episode metric `<name>` (so the loop logs
+`rollout/<name>` and `eval/<name>`) with `<name>/error` beside it: replies are untrusted
+text, and a function that raises on one (or returns something other than a finite number)
+gets 0 for that reply and error 1, its message goes in the episode's info under
+`reward_function_errors`, and the run goes on. The first failure of each function is also
+logged with its traceback, so that a bug in the function itself (every reply scoring 0)
+does not pass silently.
+
+A task's own reward terms (the math family's) are built with `catch_errors=False`: their
+failure is a bug in the task, not something a reply may do, so it raises, and the episode
+ends as `task_error` like any failure of its environment; nothing is caught, so no
+`<name>/error` metric is reported.
 """
 
 from __future__ import annotations
@@ -28,43 +37,59 @@ import logging
 import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from src.configuration.components import import_dotted
+from src.records.episode import Sample
 
 logger = logging.getLogger(__name__)
 
-REWARD_ARGUMENTS = ("reply", "answer", "sample", "prompt")
+REWARD_ARGUMENTS = ("reply", "answer", "sample", "sample_id", "prompt")
 # The loop's own per-episode figures (`eval/reward`, ...): a function of the same name
 # would overwrite them in the metrics.
 RESERVED_NAMES = frozenset({"reward", "success_rate", "episodes"})
 ERRORS_KEY = "reward_function_errors"
 _MESSAGE_LIMIT = 500  # characters of a failure's message kept in the episode's info
 
-RewardFunction = Callable[..., float]
+
+@dataclass(frozen=True)
+class DetailedReward:
+    """What a reward function may return instead of a float: the value, and figures of its
+    own, reported as `<name>/<key>` and never added into the score."""
+
+    value: float
+    details: Mapping[str, float] = field(default_factory=dict)
+
+
+RewardFunction = Callable[..., float | DetailedReward]
 
 
 @dataclass(frozen=True)
 class RubricScore:
-    """One reply's scoring: the weighted sum, each function's value, and the messages of
-    the functions that failed on it."""
+    """One reply's scoring: the weighted sum, each function's value, the messages of the
+    functions that failed on it, and the functions' details as `<name>/<key>` metrics."""
 
     score: float
     values: dict[str, float]
     errors: dict[str, str]
+    details: dict[str, float] = field(default_factory=dict)
+    counts_errors: bool = True  # False: a rubric that lets failures raise
+
+    def metrics(self) -> dict[str, float]:
+        """The episode metrics: `<name>` (and `<name>/error` where errors are counted) for
+        every function, then the details."""
+        metrics: dict[str, float] = {}
+        for name, value in self.values.items():
+            metrics[name] = value
+            if self.counts_errors:
+                metrics[f"{name}/error"] = float(name in self.errors)
+        return metrics | self.details
 
     def info(self) -> dict[str, Any]:
-        """The episode info entries: `metric/<name>` and `metric/<name>/error` for every
-        function, and the failures' messages where there were any."""
-        info: dict[str, Any] = {}
-        for name, value in self.values.items():
-            info[f"metric/{name}"] = value
-            info[f"metric/{name}/error"] = float(name in self.errors)
-        if self.errors:
-            info[ERRORS_KEY] = dict(self.errors)
-        return info
+        """The episode info entries: the failures' messages, where there were any."""
+        return {ERRORS_KEY: dict(self.errors)} if self.errors else {}
 
 
 @dataclass(frozen=True)
@@ -78,10 +103,11 @@ class _Entry:
 class Rubric:
     """Reward functions (callables, or dotted paths `package.module.function` as a config
     names them) with their weights, 1 each unless given; a function's name is its
-    `__name__`, so each must be a distinct `def`."""
+    `__name__`, so each must be a distinct `def`. `catch_errors`: see the module
+    docstring."""
 
     def __init__(self, funcs: Sequence[RewardFunction | str],
-                 weights: Sequence[float] | None = None) -> None:
+                 weights: Sequence[float] | None = None, *, catch_errors: bool = True) -> None:
         if not funcs:
             raise ValueError("a rubric needs at least one reward function")
         weights = [1.0] * len(funcs) if weights is None else list(weights)
@@ -98,6 +124,7 @@ class Rubric:
                 raise ValueError(f"reward function '{name}': weight {weight} is not finite")
             entries.append(_Entry(name, function, float(weight), _arguments_of(name, function)))
         self._entries = tuple(entries)
+        self.catch_errors = catch_errors
         self._failed: set[str] = set()  # functions whose first failure was logged
 
     @property
@@ -110,23 +137,22 @@ class Rubric:
         `answer` where one is asked for)."""
         return frozenset().union(*(entry.arguments for entry in self._entries))
 
-    def score(self, reply: str, sample: Mapping[str, Any], prompt: str) -> RubricScore:
-        """Every function on `reply` to the sample whose fields are `sample`, asked as
-        `prompt`. Never raises for what a function does: see the module docstring."""
-        given = {"reply": reply, "answer": sample.get("answer"),
-                 "sample": MappingProxyType(sample), "prompt": prompt}
+    def score(self, reply: str, sample: Sample, prompt: str) -> RubricScore:
+        """Every function on `reply` to `sample`, asked as `prompt`. Raises for what a
+        function does only without `catch_errors`: see the module docstring."""
+        given = {"reply": reply, "answer": sample.data.get("answer"),
+                 "sample": MappingProxyType(sample.data), "sample_id": sample.sample_id,
+                 "prompt": prompt}
         values: dict[str, float] = {}
         errors: dict[str, str] = {}
+        details: dict[str, float] = {}
         for entry in self._entries:
             try:
-                value = entry.function(**{key: given[key] for key in entry.arguments})
-                if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                    raise TypeError(f"returned {value!r:.80} ({type(value).__name__}), "
-                                    "not a float")
-                if not math.isfinite(value):
-                    raise ValueError(f"returned {value}, not a finite number")
-                values[entry.name] = float(value)
+                result = entry.function(**{key: given[key] for key in entry.arguments})
+                values[entry.name], own = self._checked(result)
             except Exception as error:  # untrusted replies: see the module docstring
+                if not self.catch_errors:
+                    raise
                 values[entry.name] = 0.0
                 errors[entry.name] = f"{type(error).__name__}: {error}"[:_MESSAGE_LIMIT]
                 if entry.name not in self._failed:
@@ -134,8 +160,27 @@ class Rubric:
                     logger.warning("reward function '%s' failed (scored 0; later failures "
                                    "only counted in metric %s/error)", entry.name,
                                    entry.name, exc_info=True)
+                continue
+            details.update((f"{entry.name}/{key}", value) for key, value in own.items())
         score = sum(entry.weight * values[entry.name] for entry in self._entries)
-        return RubricScore(score=score, values=values, errors=errors)
+        return RubricScore(score=score, values=values, errors=errors, details=details,
+                           counts_errors=self.catch_errors)
+
+    def _checked(self, result: Any) -> tuple[float, dict[str, float]]:
+        """The value and the details of what a function returned; TypeError or ValueError
+        for anything but a finite number (or a `DetailedReward` of one)."""
+        value, details = ((result.value, result.details) if isinstance(result, DetailedReward)
+                          else (result, {}))
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"returned {value!r:.80} ({type(value).__name__}), not a float")
+        if not math.isfinite(value):
+            raise ValueError(f"returned {value}, not a finite number")
+        if any(not isinstance(figure, numbers.Real) for figure in details.values()):
+            raise TypeError(f"returned details {dict(details)!r:.80} that are not all numbers")
+        if self.catch_errors and "error" in details:
+            raise ValueError("returned a detail 'error', which would overwrite the metric "
+                             "<name>/error")
+        return float(value), {key: float(figure) for key, figure in details.items()}
 
 
 def _name_of(function: Any) -> str:

@@ -113,11 +113,11 @@ class SingleTurnEpisode(EpisodeEnv[SingleTurnTask]):
 
     def _step(self, action: str) -> StepOutcome:
         assert self.sample is not None
-        scored = self.family.rubric.score(action, self.sample.data, self._prompt)
+        scored = self.family.rubric.score(action, self.sample, self._prompt)
         correct = scored.score >= self.family.threshold - _THRESHOLD_TOLERANCE
         return StepOutcome("", reward=scored.score, terminated=True,
                            outcome=Outcome.CORRECT if correct else Outcome.INCORRECT,
-                           info=scored.info())
+                           metrics=scored.metrics(), info=scored.info())
 
     def _oracle_reply(self) -> str:
         assert self.sample is not None

@@ -1,15 +1,17 @@
 """The task contract: a task family, built once per run, hands out thin episode environments.
 
 `Task` is the family: the samples of each split (`sample_ids`, `get_sample`), the caches
-and state its episodes share, the rewards that need a whole group (`score_group`), the
-state a resumed run must get back (`save_state` / `restore_state`), and `new_episode()`.
+its episodes share, the rewards that need a whole group (`score_group`) and
+`new_episode()`. A family that learns from finished episodes (a memory later prompts read)
+also subclasses `src.storage.state.Stateful`, so that a resumed run gets it back.
 `EpisodeEnv` is one running episode: a Gymnasium environment whose observations and
 actions are text, holding only that episode's own state; the rest it reads from
 `self.family`. A family supplies `sample_ids`, `_get_sample` and `new_episode`; its
 episode supplies the first observation (`_reset`), one round (`_step`) and the expert
 reply for the oracle agent (`_oracle_reply`). The public methods are final: they keep the
 round count, the round limit, the status and the gymnasium return shapes the same for
-every task.
+every task. A round's figures travel as typed metrics by name (`StepOutcome.metrics`, then
+the step's `StepInfo`), which the loop logs as means under `rollout/<name>`, `eval/<name>`.
 
 Numbered samples use one id scheme, `<split>-NNNNNN` (`split_sample_ids`,
 `parse_split_sample_id`). Splits: "train" is trained on; "validation" is the held-out set
@@ -22,14 +24,13 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, final
 
 import gymnasium
 
-from src.records.episode import Episode, EpisodeStatus, Outcome, Sample
+from src.records.episode import Episode, EpisodeStatus, Outcome, Sample, StepInfo
 
 SPLITS = ("train", "validation", "selection")
 _TEXT_SPACE = gymnasium.spaces.Text(max_length=1_000_000)
@@ -66,7 +67,19 @@ class StepOutcome:
     reward: float = 0.0
     terminated: bool = False
     outcome: Outcome = Outcome.UNKNOWN
-    info: dict[str, Any] | None = None
+    # the round's figures by name, logged as `rollout/<name>` and `eval/<name>`
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    info: Mapping[str, Any] = field(default_factory=dict)  # free-form, for the episode's info
+
+
+@dataclass(frozen=True)
+class EpisodeScore:
+    """An episode's reward once its group has ended, and the metrics and info entries the
+    group's scoring adds to it."""
+
+    reward: float
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    info: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Task(ABC, Generic[EpisodeT]):
@@ -101,8 +114,9 @@ class Task(ABC, Generic[EpisodeT]):
         """A fresh episode environment of this family; `reset` starts it on a sample."""
 
     @final
-    def score_group(self, episodes: Sequence[Episode]) -> None:
-        """Adjust the rewards of a finished group (the completions of one sample).
+    def score_group(self, episodes: Sequence[Episode]) -> list[EpisodeScore]:
+        """The final scores of a finished group (the completions of one sample), one per
+        episode in order, for the caller to give to the episodes.
 
         For rewards that depend on the group or on what only the agent knows (token
         lengths), and for state learnt from finished episodes: called once all of the
@@ -110,22 +124,13 @@ class Task(ABC, Generic[EpisodeT]):
         """
         if any(episode.running for episode in episodes):
             raise RuntimeError("score_group() called while an episode is still running")
-        self._score_group(episodes)
+        scores = self._score_group(episodes)
+        if len(scores) != len(episodes):
+            raise ValueError(f"{type(self).__name__}._score_group gave {len(scores)} scores "
+                             f"for {len(episodes)} episodes")
+        return scores
 
-    # ---- state and resources -------------------------------------------------------
-    @property
-    def learns_from_episodes(self) -> bool:
-        """Whether the family keeps state learnt from finished episodes (a memory that
-        later prompts read), which a resumed run restores."""
-        return False
-
-    def save_state(self, directory: Path) -> None:
-        """Write what a resumed run needs (state learnt from episodes) into `directory`
-        (empty, created by the loop and renamed into place atomically afterwards)."""
-
-    def restore_state(self, directory: Path) -> None:
-        """Read back what save_state wrote."""
-
+    # ---- resources -----------------------------------------------------------------
     def close(self) -> None:
         """Release what the family holds. Safe to call twice."""
 
@@ -133,8 +138,9 @@ class Task(ABC, Generic[EpisodeT]):
     @abstractmethod
     def _get_sample(self, sample_id: str) -> Sample: ...
 
-    def _score_group(self, episodes: Sequence[Episode]) -> None:
-        """Hook: rewards over a finished group; by default each episode keeps its own."""
+    def _score_group(self, episodes: Sequence[Episode]) -> list[EpisodeScore]:
+        """Hook: scores over a finished group; by default each episode keeps its reward."""
+        return [EpisodeScore(episode.reward) for episode in episodes]
 
 
 class EpisodeEnv(gymnasium.Env[str, str], ABC, Generic[TaskT]):
@@ -176,28 +182,29 @@ class EpisodeEnv(gymnasium.Env[str, str], ABC, Generic[TaskT]):
         return observation, {"sample_id": sample.sample_id, "category": sample.category}
 
     @final
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def step(self, action: str) -> tuple[str, float, bool, bool, StepInfo]:
         if self.sample is None:
             raise RuntimeError("step() called before reset()")
         self.round_index += 1
         result = self._step(action)
         if not (isinstance(result, StepOutcome) and isinstance(result.observation, str)
-                and isinstance(result.reward, int | float) and math.isfinite(result.reward)):
+                and isinstance(result.reward, int | float) and math.isfinite(result.reward)
+                and all(isinstance(value, int | float) for value in result.metrics.values())):
             raise TypeError(f"{type(self).__name__}._step gave {result!r:.200} for sample "
                             f"{self.sample.sample_id}, not a StepOutcome with an observation "
-                            f"text and a finite reward")
-        info = dict(result.info or {})
-        info["outcome"] = result.outcome
+                            f"text, a finite reward and numeric metrics")
         truncated = not result.terminated and self.round_index >= self.family.max_round
-        reward = result.reward
+        reward, outcome = result.reward, result.outcome
         if result.terminated:
-            info["status"] = EpisodeStatus.COMPLETED
+            status = EpisodeStatus.COMPLETED
         elif truncated:
-            limit_outcome, reward = self._at_round_limit()
-            info["outcome"] = limit_outcome
-            info["status"] = EpisodeStatus.TASK_LIMIT_REACHED
+            outcome, reward = self._at_round_limit()
+            status = EpisodeStatus.TASK_LIMIT_REACHED
         else:
-            info["status"] = EpisodeStatus.RUNNING
+            status = EpisodeStatus.RUNNING
+        info = StepInfo(status=status, outcome=outcome,
+                        metrics={name: float(value) for name, value in result.metrics.items()},
+                        extras=dict(result.info))
         return result.observation, reward, result.terminated, truncated, info
 
     @final

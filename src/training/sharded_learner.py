@@ -29,6 +29,7 @@ import torch
 
 from src.language_models.language_model import TrainableLanguageModel
 from src.language_models.rollout_pool.cluster import connect_ray, gpus_of
+from src.runtime.reproducibility import is_reproducible, make_reproducible
 from src.training.checkpoints import load_training_state, save_training_state
 from src.training.learner import Learner, Objective, Shard, StepResult, load_trainable
 from src.training.settings import OptimizerSettings
@@ -60,9 +61,12 @@ class LearnerWorker:
     """One worker: a sharded replica of the policy and a Learner over its shard."""
 
     def __init__(self, model_class: type[TrainableLanguageModel], parameters: dict[str, Any],
-                 settings: OptimizerSettings, rank: int, world: int, num_threads: int) -> None:
+                 settings: OptimizerSettings, rank: int, world: int, num_threads: int,
+                 reproducible: bool) -> None:
         if num_threads > 0:
             torch.set_num_threads(num_threads)
+        if reproducible:  # the run's kernels, set before this process builds its replica
+            make_reproducible()
         self._model_class, self._parameters = model_class, parameters
         self._settings, self._shard = settings, Shard(rank, world)
         self._learner: Learner | None = None
@@ -188,7 +192,8 @@ class ShardedLearner:
             num_cpus=cpus_per_worker, num_gpus=gpus_per_worker, max_restarts=0)
         parameters = model.replica_parameters("cuda" if gpus_per_worker else "cpu")
         self._workers: list[Any] = [worker_class.remote(type(model), parameters, settings, rank,
-                                                        num_workers, cpus_per_worker)
+                                                        num_workers, cpus_per_worker,
+                                                        is_reproducible())
                                     for rank in range(num_workers)]
         try:
             host, port = ray.get(self._workers[0].open_store.remote(),

@@ -34,10 +34,10 @@ def test_successes_are_replayed_in_later_episodes_and_survive_a_restore_with_scr
 
     batch = roll_out_lockstep([(first, 0), (second, 0)], task, agent, 0, [0, 1])
     assert [episode.outcome for episode in batch] == [Outcome.CORRECT, Outcome.INCORRECT]
-    assert all(episode.info["metric/replayed_examples"] == 0.0 for episode in batch)
+    assert all(episode.metrics["replayed_examples"] == 0.0 for episode in batch)
 
     [later] = roll_out_lockstep([(third, 0)], task, agent, 1, [2])
-    assert later.info["metric/replayed_examples"] == 1.0  # the one success so far
+    assert later.metrics["replayed_examples"] == 1.0  # the one success so far
     expected = probe.tokenizer.apply_chat_template(
         [{"role": "system", "content": "Box it."},
          {"role": "user", "content": batch[0].chat[0].content},
@@ -45,7 +45,7 @@ def test_successes_are_replayed_in_later_episodes_and_survive_a_restore_with_scr
          {"role": "user", "content": later.chat[0].content}],
         tokenize=False, add_generation_prompt=True)
     assert probe.tokenizer.decode(model.prompts[-1]) == expected
-    assert later.info["metric/template_inconsistent"] == 0.0
+    assert later.metrics["template_inconsistent"] == 0.0
 
     with agent.evaluating(0.0):  # a validation success is not remembered
         [evaluated] = roll_out_lockstep([(check, 0)], task, agent, 2, [3])

@@ -95,7 +95,7 @@ def test_stopped_replies_give_exactly_the_ids_the_template_renders_with_scripted
     assert episode.trajectory is not None
     assert model.prompts[-1] == rendered_ids(model, episode)
     assert episode.trajectory.token_ids[:len(model.prompts[-1])] == model.prompts[-1]
-    assert episode.info["metric/template_inconsistent"] == 0.0
+    assert episode.metrics["template_inconsistent"] == 0.0
 
 
 def test_a_reply_the_template_cannot_render_counts_as_inconsistent_with_scripted_model(
@@ -112,7 +112,7 @@ def test_a_reply_the_template_cannot_render_counts_as_inconsistent_with_scripted
     agent.act([episode])  # feeds the last user message
 
     assert episode.info["template_consistent"] is False
-    assert episode.info["metric/template_inconsistent"] == 1.0
+    assert episode.metrics["template_inconsistent"] == 1.0
 
 
 def test_every_sampled_turn_is_closed_by_the_end_of_turn_token(tiny_model_path: Path) -> None:

@@ -98,7 +98,7 @@ def test_trajectories_are_token_identical_to_what_the_endpoint_sampled(
         assert episode.status is EpisodeStatus.COMPLETED and episode.turns == max_round
         key = episode.info["endpoint_session"]
         mine = [r for r in RESPONSES if r["id"].startswith(f"chatcmpl-{key}-")]
-        assert len(mine) == 2 and episode.info["metric/prefix_broken"] == 0.0
+        assert len(mine) == 2 and episode.metrics["prefix_broken"] == 0.0
         fed: list[int] = []
         for response in mine:  # each prompt extends the previous prompt and completion
             prompt, choice = response["prompt_token_ids"], response["choices"][0]
@@ -119,9 +119,9 @@ def test_a_call_that_rewrites_history_fails_its_episode_and_is_counted(model) ->
     _, episodes = roll_out(model, "history_editing_agent", episodes=2)
     for episode in episodes:
         assert episode.status is EpisodeStatus.AGENT_ERROR
-        assert episode.info["metric/prefix_broken"] == 1.0
-        assert "prefix_broken" in episode.info["agent_error"]
-        assert "call 2 does not extend call 1" in episode.info["agent_error"]
+        assert episode.metrics["prefix_broken"] == 1.0
+        assert "prefix_broken" in episode.error
+        assert "call 2 does not extend call 1" in episode.error
         assert episode.turns == 1  # the first turn was sampled and stands in its record
         assert sum(episode.trajectory.loss_mask) > 0
 
@@ -129,4 +129,4 @@ def test_a_call_that_rewrites_history_fails_its_episode_and_is_counted(model) ->
 def test_unsupported_requests_are_refused_with_a_reason(model) -> None:
     _, episodes = roll_out(model, "tool_agent", episodes=1, max_round=1)
     assert episodes[0].status is EpisodeStatus.AGENT_ERROR
-    assert "does not render tools" in episodes[0].info["agent_error"]
+    assert "does not render tools" in episodes[0].error

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from src.callbacks.callback import BatchContext
+from src.callbacks.callback import BatchContext, TrainingSchedule
 from src.callbacks.instance.rl_training_callback import RLTrainingCallback
 from src.language_models.instance.huggingface_lora_language_model import (
     HuggingfaceLoRALanguageModel,
@@ -69,8 +69,8 @@ def first_update(model: HuggingfaceLoRALanguageModel, episodes: list[Episode], g
                  **settings: Any) -> dict[str, float]:
     """The metrics of a fresh callback's first batch."""
     callback = RLTrainingCallback(model, **settings)
-    callback.on_run_start(1)
-    return callback.on_batch_end(BatchContext(0, episodes, group_size))
+    callback.prepare(TrainingSchedule(1, episodes_per_batch=4))
+    return callback.train(BatchContext(0, episodes, group_size))
 
 
 def adapter(model: HuggingfaceLoRALanguageModel) -> dict[str, torch.Tensor]:
@@ -87,11 +87,11 @@ def test_splitting_into_micro_batches_gives_the_same_update(tiny_model_path: Pat
             model, learning_rate=1e-2, kl=KLSettings(coef=0.1),
             ppo=PPOSettings(entropy_coeff=0.01),
             optimizer=OptimizerSettings(micro_batch_max_tokens=budget))
-        callback.on_run_start(1)
+        callback.prepare(TrainingSchedule(1, episodes_per_batch=4))
         rows = callback._token_rows([episode.trajectory for episode in episodes])
         micro_batches = callback.learner.micro_batches(rows, range(len(episodes)))
         assert len(micro_batches) == (1 if budget is None else 6)
-        callback.on_batch_end(BatchContext(0, episodes, 3))
+        callback.train(BatchContext(0, episodes, 3))
         results.append(adapter(model))
     whole, split = results
     assert max((whole[k] - split[k]).abs().max().item() for k in whole) <= 1e-6
@@ -125,11 +125,12 @@ def test_outcome_rewards_map_statuses(tiny_model_path: Path) -> None:
 def test_best_checkpoint_follows_the_metric(tiny_model_path: Path, tmp_path: Path) -> None:
     model = make_model(tiny_model_path)
     callback = RLTrainingCallback(model, learning_rate=1e-2, best_metric="reward")
-    callback.on_run_start(3)
+    callback.prepare(TrainingSchedule(3, episodes_per_batch=4))
     state = tmp_path / "callback_state" / "rl"
     store = CheckpointStore(state)
     for step, rewards in enumerate([[[0.0, 1.0]], [[1.0, 1.0]], [[0.0, 0.0]]], start=1):
-        callback.on_batch_end(BatchContext(step - 1, sampled_episodes(model, rewards), 2))
+        metrics = callback.train(BatchContext(step - 1, sampled_episodes(model, rewards), 2))
+        callback.consider_best(step, metrics)  # what the loop hands it before the commit
         with store.write(step) as folder:
             callback.save_state(folder)
         assert not (state / "best").exists() or step > 1  # only after the commit
@@ -143,23 +144,22 @@ def test_best_checkpoint_follows_the_metric(tiny_model_path: Path, tmp_path: Pat
 
 def test_best_checkpoint_can_follow_a_held_out_figure(tiny_model_path: Path,
                                                      tmp_path: Path) -> None:
-    """best_metric naming an evaluation figure: only evaluated steps compete, a later
-    batch's training metrics do not carry an earlier evaluation's figure along, and best/
+    """best_metric naming an evaluation figure: only evaluated steps compete, and best/
     names the batch (its checkpoint) even after a batch that made no optimiser step."""
     model = make_model(tiny_model_path)
     callback = RLTrainingCallback(model, learning_rate=1e-2,
                                   best_metric="selection/success_rate")
-    callback.on_run_start(4)
+    callback.prepare(TrainingSchedule(4, episodes_per_batch=4))
     state = tmp_path / "callback_state" / "rl"
     store = CheckpointStore(state)
     evaluations = {1: 0.25, 2: None, 3: 0.5, 4: 0.5}  # ties keep the earlier step
     for step, figure in evaluations.items():
         # batch 2: every group dropped (dynamic sampling), nothing to train on
         episodes = [] if step == 2 else sampled_episodes(model, [[0.0, 1.0]])
-        callback.on_batch_end(BatchContext(step - 1, episodes, 2))
+        figures = callback.train(BatchContext(step - 1, episodes, 2))
         if figure is not None:
-            callback.on_evaluation(step, {"selection/success_rate": figure,
-                                          "eval/success_rate": 1.0 - figure})
+            figures |= {"selection/success_rate": figure, "eval/success_rate": 1.0 - figure}
+        callback.consider_best(step, figures)
         with store.write(step) as folder:
             callback.save_state(folder)
         store.promote_best(step)
@@ -174,10 +174,10 @@ def test_cosine_schedule_counts_mini_batches_and_epochs(tiny_model_path: Path) -
     callback = RLTrainingCallback(
         model, optimizer=OptimizerSettings(learning_rate=1e-3, lr_schedule="cosine"),
         ppo=PPOSettings(epochs=2, mini_batch_size=2))
-    callback.on_run_start(3, episodes_per_batch=4)  # 3 batches x 2 epochs x 2 mini-batches
+    callback.prepare(TrainingSchedule(3, episodes_per_batch=4))  # x 2 epochs x 2 mini-batches
     learning_rates = []
     for batch in range(3):
-        callback.on_batch_end(BatchContext(batch, sampled_episodes(model, [[0.0, 1.0, 0.5, 1.0]]),
+        callback.train(BatchContext(batch, sampled_episodes(model, [[0.0, 1.0, 0.5, 1.0]]),
                                            4))
         learning_rates.append(callback.learner.optimizer.param_groups[0]["lr"])
     assert callback.learner.step == 12
@@ -188,10 +188,10 @@ def test_cosine_schedule_counts_mini_batches_and_epochs(tiny_model_path: Path) -
 def test_samples_older_than_the_staleness_bound_are_dropped(tiny_model_path: Path) -> None:
     model = make_model(tiny_model_path)
     callback = RLTrainingCallback(model, learning_rate=1e-3, max_policy_staleness=0)
-    callback.on_run_start(2)
+    callback.prepare(TrainingSchedule(2, episodes_per_batch=4))
     episodes = sampled_episodes(model, [[0.0, 1.0], [1.0, 0.0]])  # sampled at version 0
     model.mark_updated()  # the trainer moved on before this batch's update
-    metrics = callback.on_batch_end(BatchContext(0, episodes, 2))
+    metrics = callback.train(BatchContext(0, episodes, 2))
     assert metrics["policy_staleness/max"] == 1.0
     assert metrics["policy_staleness/dropped"] == 4.0
     assert metrics["skipped_batches"] == 1.0
@@ -219,9 +219,9 @@ def test_top_p_below_one_is_refused(tiny_model_path: Path) -> None:
     model = make_model(tiny_model_path)
     episodes = sampled_episodes(model, [[1.0, 0.0]], top_p=0.9)
     callback = RLTrainingCallback(model)
-    callback.on_run_start(1)
+    callback.prepare(TrainingSchedule(1, episodes_per_batch=4))
     with pytest.raises(ValueError, match="top_p"):
-        callback.on_batch_end(BatchContext(0, episodes, 2))
+        callback.train(BatchContext(0, episodes, 2))
 
 
 def test_lora_dropout_is_off_while_the_update_scores(tiny_model_path: Path) -> None:
@@ -290,8 +290,8 @@ def test_kl_reference_can_be_the_adapter_the_run_started_from(tiny_model_path: P
             lora_config=LoRASettings(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
         episodes = sampled_episodes(model, [[1.0, 0.0], [0.5, 0.0]])
         callback = RLTrainingCallback(model, kl=KLSettings(coef=0.1, reference=reference))
-        callback.on_run_start(1)
-        kls[reference] = callback.on_batch_end(BatchContext(0, episodes, 2))["kl"]
+        callback.prepare(TrainingSchedule(1, episodes_per_batch=4))
+        kls[reference] = callback.train(BatchContext(0, episodes, 2))["kl"]
     assert abs(kls["initial_adapter"]) < 1e-4  # the policy has not moved from its start yet
     assert kls["base"] > 1e-3
 

@@ -79,7 +79,8 @@ def test_overlap_with_a_callback_that_drops_stale_samples_is_refused(
     config, _ = _write(tmp_path, tiny_model_path, kept=0)
     with pytest.raises(ConfigError, match="every sample of an overlapped batch") as error:
         _plan(config)
-    assert "callback_dict.rl_training.parameters.max_policy_staleness" in str(error.value)
+    assert "callback_dict.rl_training.parameters" in str(error.value)
+    assert "max_policy_staleness 1" in str(error.value)
     _plan(_write(tmp_path, tiny_model_path, kept="null")[0])  # keeps every sample
 
 

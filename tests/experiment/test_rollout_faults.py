@@ -32,7 +32,7 @@ def test_a_hanging_step_ends_its_episode_at_the_timeout() -> None:
     episodes = roll_out(task, OracleAgent(), FaultPolicy(step_timeout_s=0.2))
     assert time.monotonic() - start < 20  # 8 steps of 0.2 s, not 8 minutes
     assert {e.status for e in episodes} == {EpisodeStatus.TASK_ERROR}
-    assert all("step_timeout_s=0.2" in e.info["task_error"] for e in episodes)
+    assert all("step_timeout_s=0.2" in e.error for e in episodes)
 
 
 def test_garbage_or_an_exception_from_a_step_is_a_task_error() -> None:
@@ -41,7 +41,7 @@ def test_garbage_or_an_exception_from_a_step_is_a_task_error() -> None:
         task = FlakyMathTask(num_train=4, num_validation=1, **rates)
         episodes = roll_out(task, OracleAgent(), FaultPolicy())
         assert {e.status for e in episodes} == {EpisodeStatus.TASK_ERROR}
-        assert all(reason in e.info["task_error"] for e in episodes)
+        assert all(reason in e.error for e in episodes)
 
 
 class FailingAgent(OracleAgent):
@@ -67,7 +67,7 @@ def test_a_failing_model_call_is_retried_then_recorded() -> None:
     agent = FailingAgent(failures=3)
     episodes = roll_out(task, agent, FaultPolicy(model_retries=2))
     assert {e.status for e in episodes} == {EpisodeStatus.AGENT_ERROR}
-    assert all("engine unreachable" in e.info["agent_error"] for e in episodes)
+    assert all("engine unreachable" in e.error for e in episodes)
 
 
 ASSIGNMENT = """\
@@ -98,7 +98,7 @@ def test_failed_episodes_are_logged_and_counted_and_the_run_goes_on(tmp_path: Pa
     records = [json.loads(line) for line in (output / "runs.jsonl").read_text().splitlines()]
     failed = [r for r in records if r["status"] == "task_error"]
     assert len(records) == 32 and 0 < len(failed) < 32
-    assert all("injected step failure" in r["info"]["task_error"] for r in failed)
+    assert all("injected step failure" in r["error"] for r in failed)
     rows = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
     assert sum(row["rollout/status/task_error"] * 8 for row in rows) == len(failed)
 

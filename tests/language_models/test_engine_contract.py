@@ -1,6 +1,7 @@
 """The engine contract on the tiny random Llama: what every caller may rely on without
-asking which engine it holds (pad id, roles, versioned adapters, seeded sampling), and
-how the pool turns an `engine` name and the trainer into engines."""
+asking which engine it holds (pad id, roles, versioned adapters, seeded sampling), how
+the pool turns an `engine` name and the trainer into engines, and how the contract stands
+apart from the trained policy's."""
 
 from __future__ import annotations
 
@@ -14,8 +15,15 @@ from src.language_models.instance.huggingface_lora_language_model import (
     LoRASettings,
 )
 from src.language_models.instance.vllm_language_model import VLLMLanguageModel
-from src.language_models.language_model import EnginePlacement, SamplingParams
-from src.language_models.rollout_pool.pool import RolloutPool, engine_class
+from src.language_models.language_model import (
+    EnginePlacement,
+    InferenceEngine,
+    LanguageModel,
+    SamplingParams,
+    TrainableLanguageModel,
+)
+from src.language_models.rollout_pool.engine_names import engine_class
+from src.language_models.rollout_pool.pool import RolloutPool
 
 
 @pytest.fixture(scope="module")
@@ -82,3 +90,20 @@ def test_tensor_parallel_is_refused_for_engines_that_cannot_shard(
     # refused before Ray starts
     with pytest.raises(ValueError, match="HuggingfaceLoRALanguageModel does not"):
         RolloutPool(model, engine="hf", tensor_parallel_size=2)
+
+
+def test_a_trained_policy_need_not_be_an_engine() -> None:
+    """The trainable contract asks nothing of a pool's engine: a class that fills in only
+    its abstract methods is built, and is a LanguageModel (the config resolves language
+    models by that) but no InferenceEngine; the Hugging Face policy is both."""
+    assert "parameters_for_pool" not in TrainableLanguageModel.__abstractmethods__
+    only_trainable = type("OnlyTrainable", (TrainableLanguageModel,),
+                          dict.fromkeys(TrainableLanguageModel.__abstractmethods__))()
+    assert isinstance(only_trainable, LanguageModel)
+    assert not isinstance(only_trainable, InferenceEngine)
+    only_trainable.mark_updated()
+    assert only_trainable.policy_version == 1
+    assert issubclass(HuggingfaceLoRALanguageModel, TrainableLanguageModel)
+    assert issubclass(HuggingfaceLoRALanguageModel, InferenceEngine)
+    assert not issubclass(VLLMLanguageModel, TrainableLanguageModel)
+    assert not issubclass(RolloutPool, TrainableLanguageModel | InferenceEngine)

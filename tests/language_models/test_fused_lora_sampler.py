@@ -7,36 +7,16 @@ import os
 import torch
 
 from src.language_models.language_model import SamplingParams, TokenBatch
-
-
-def make(path, **parameters):
-    from src.language_models.instance.huggingface_lora_language_model import (
-        HuggingfaceLoRALanguageModel,
-        LoRASettings,
-    )
-
-    torch.manual_seed(5)
-    parameters.setdefault("lora_config", LoRASettings(r=4, lora_alpha=8))
-    model = HuggingfaceLoRALanguageModel(str(path), device="cpu", **parameters)
-    with torch.no_grad():  # a trained-looking adapter
-        for name, parameter in model.model.named_parameters():
-            if "lora_B" in name:
-                parameter.normal_(0.0, 0.05)
-    return model
+from tests.language_models.policy_samples import (
+    largest_logprob_difference,
+    trained_looking_policy,
+)
 
 
 def sampled_logprobs_against_trainer(model, prompts, seed=0):
-    params = SamplingParams(n=1, temperature=1.0, max_new_tokens=10)
-    generations = model.generate(prompts, params, seed=seed)
-    sequences, masks, recorded = [], [], []
-    for prompt, [generation] in zip(prompts, generations, strict=True):
-        sequences.append(prompt + generation.token_ids)
-        masks.append([0] * len(prompt) + [1] * len(generation.token_ids))
-        recorded.append(generation.logprobs)
-    scored = model.score(TokenBatch.from_sequences(sequences, masks, model.pad_id)).logprobs
-    differences = [abs(scored[row, len(prompts[row]) + t].item() - value)
-                   for row, values in enumerate(recorded) for t, value in enumerate(values)]
-    return generations, max(differences)
+    generations = model.generate(prompts, SamplingParams(n=1, temperature=1.0,
+                                                         max_new_tokens=10), seed=seed)
+    return generations, largest_logprob_difference(model, prompts, generations)
 
 
 def prompts_of(model):
@@ -47,8 +27,8 @@ def prompts_of(model):
 
 def test_fused_sampling_records_the_trainers_logprobs_and_follows_updates(
         tiny_model_path) -> None:
-    merged, unmerged = make(tiny_model_path, dtype="float32"), make(
-        tiny_model_path, dtype="float32", fused_sampling=False)
+    merged = trained_looking_policy(tiny_model_path, dtype="float32")
+    unmerged = trained_looking_policy(tiny_model_path, dtype="float32", fused_sampling=False)
     prompts = prompts_of(merged)
     for _ in range(2):
         ours, difference = sampled_logprobs_against_trainer(merged, prompts)
@@ -76,7 +56,7 @@ def test_fused_sampling_records_the_trainers_logprobs_and_follows_updates(
 def test_projections_of_one_input_are_one_group(tiny_model_path) -> None:
     from src.language_models.fused_lora_sampler import _lora_layers, shared_input_groups
 
-    model = make(tiny_model_path, dtype="float32")
+    model = trained_looking_policy(tiny_model_path, dtype="float32")
     groups = shared_input_groups(model.model, _lora_layers(model.model, "default"))
     layers = model.model.get_base_model().config.num_hidden_layers
     assert len(groups) == 4 * layers  # q/k/v, o, gate/up, down
@@ -95,7 +75,7 @@ def test_projections_of_one_input_are_one_group(tiny_model_path) -> None:
 
 
 def test_a_groups_identical_prompts_are_prefilled_once(tiny_model_path) -> None:
-    model = make(tiny_model_path, dtype="float32")
+    model = trained_looking_policy(tiny_model_path, dtype="float32", prefix_caching=False)
     prompts = prompts_of(model)
     decoder = model._sampling_model().get_decoder()
     batch_sizes = []
@@ -106,7 +86,6 @@ def test_a_groups_identical_prompts_are_prefilled_once(tiny_model_path) -> None:
         return original(*args, **kwargs)
 
     decoder.forward = counting
-    model.prefix_caching = False
     generations, difference = sampled_logprobs_against_trainer(model, prompts)
     assert batch_sizes[0] == 2  # two distinct prompts among four rows
     assert difference < 1e-5
@@ -114,7 +93,7 @@ def test_a_groups_identical_prompts_are_prefilled_once(tiny_model_path) -> None:
 
 
 def test_bfloat16_weights_with_float32_adapter_and_optimizer_state(tiny_model_path) -> None:
-    model = make(tiny_model_path, dtype="bfloat16")
+    model = trained_looking_policy(tiny_model_path, dtype="bfloat16")
     base = model.model.get_base_model()
     assert base.model.layers[0].mlp.up_proj.base_layer.weight.dtype == torch.bfloat16
     assert model._fused.model.model.layers[0].mlp.up_proj.projections.up.dtype == torch.bfloat16
@@ -123,7 +102,7 @@ def test_bfloat16_weights_with_float32_adapter_and_optimizer_state(tiny_model_pa
     prompts = prompts_of(model)
     _, difference = sampled_logprobs_against_trainer(model, prompts)
     assert difference < 0.1  # bf16 rounding: the sampler and trainer differ a little
-    unfused = make(tiny_model_path, dtype="bfloat16", fused_sampling=False)
+    unfused = trained_looking_policy(tiny_model_path, dtype="bfloat16", fused_sampling=False)
     _, unfused_difference = sampled_logprobs_against_trainer(unfused, prompts)
     assert difference <= 2 * unfused_difference + 1e-3  # as close as PEFT's own path
     optimizer = torch.optim.AdamW(parameters, lr=1e-3)
@@ -139,9 +118,9 @@ def test_bfloat16_weights_with_float32_adapter_and_optimizer_state(tiny_model_pa
 
 
 def test_the_prefix_a_calls_prompts_share_is_prefilled_once(tiny_model_path) -> None:
-    from src.language_models.sampler import SHARED_PROMPT_MIN_TOKENS
+    from src.language_models.kv_cache_sampler import SHARED_PROMPT_MIN_TOKENS
 
-    model = make(tiny_model_path, dtype="float32")
+    model = trained_looking_policy(tiny_model_path, dtype="float32", prefix_caching=False)
     encode = model.tokenizer.encode
     instructions = encode(" ".join(["Answer the question in one word."] * 4))
     assert len(instructions) >= SHARED_PROMPT_MIN_TOKENS
@@ -157,7 +136,6 @@ def test_the_prefix_a_calls_prompts_share_is_prefilled_once(tiny_model_path) -> 
         return original(*args, **kwargs)
 
     decoder.forward = counting
-    model.prefix_caching = False
     generations, difference = sampled_logprobs_against_trainer(model, prompts)
     shared = len(os.path.commonprefix(prompts))
     assert shared >= len(instructions)
@@ -172,8 +150,8 @@ def test_trained_base_biases_reach_the_sampler(tiny_biased_model_path) -> None:
     the adapter untouched, is sampled from at the next call."""
     from src.language_models.instance.huggingface_lora_language_model import LoRASettings
 
-    model = make(tiny_biased_model_path, dtype="float32",
-                 lora_config=LoRASettings(r=4, lora_alpha=8, bias="all"))
+    model = trained_looking_policy(tiny_biased_model_path, dtype="float32",
+                                   lora_config=LoRASettings(r=4, lora_alpha=8, bias="all"))
     prompts = prompts_of(model)
     _, difference = sampled_logprobs_against_trainer(model, prompts)
     assert difference < 1e-5

@@ -32,12 +32,12 @@ def test_second_turn_from_cached_prefixes_equals_a_full_prefill(tiny_model_path:
                             "first message that makes the rows differ in length")]
     greedy = SamplingParams(temperature=0.0, max_new_tokens=7)
     first = cached.generate(prompts, greedy)
-    assert len(cached._prefix_cache) == len(prompts)
+    assert len(cached._sampler.prefix_cache) == len(prompts)
     observation = tokenize(" Observation: try again.", add_special_tokens=False)["input_ids"]
     second_prompts = [prompt + group[0].token_ids + observation
                       for prompt, group in zip(prompts, first, strict=True)]
     second_prompts.append(tokenize("A new episode", add_special_tokens=False)["input_ids"])
-    assert all(cached._prefix_cache.longest_prefix(p) for p in second_prompts[:3])
+    assert all(cached._sampler.prefix_cache.longest_prefix(p) for p in second_prompts[:3])
 
     with_cache = cached.generate(second_prompts, greedy)
     without = fresh.generate(second_prompts, greedy)
@@ -51,10 +51,10 @@ def test_cache_is_dropped_when_the_weights_change(tiny_model_path: Path) -> None
     model = make_model(tiny_model_path, True)
     prompt = model.tokenizer("Hello", add_special_tokens=False)["input_ids"]
     model.generate([prompt], SamplingParams(temperature=0.0, max_new_tokens=3))
-    assert len(model._prefix_cache) == 1
+    assert len(model._sampler.prefix_cache) == 1
     model.train_mode()
-    assert len(model._prefix_cache) == 0
+    assert len(model._sampler.prefix_cache) == 0
     model.eval_mode()
     model.generate([prompt], SamplingParams(temperature=0.0, max_new_tokens=3))
     model.mark_updated()
-    assert len(model._prefix_cache) == 0
+    assert len(model._sampler.prefix_cache) == 0

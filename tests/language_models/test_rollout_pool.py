@@ -113,9 +113,9 @@ def test_a_later_turn_goes_back_to_the_engine_that_holds_its_prefix(ray_cluster,
     with RolloutPool(trainer, engine="hf", num_engines=2, verify_sync=False) as pool:
         prompts = _prompts(trainer, 4)
         first = pool.generate(prompts, SamplingParams(max_new_tokens=4))
-        owners = {i: pool._affinity[(*prompts[i], *first[i][0].token_ids)] for i in range(4)}
+        owners = {i: pool._router.engine_for((*prompts[i], *first[i][0].token_ids)) for i in range(4)}
         follow_ups = [prompts[i] + first[i][0].token_ids + [11, 12] for i in reversed(range(4))]
-        shares = pool._assign(follow_ups)
+        shares = pool._router.assign(follow_ups)
         for engine, indices in enumerate(shares):
             assert all(owners[3 - index] == engine for index in indices)
 

@@ -7,6 +7,7 @@ import torch
 
 from src.language_models.language_model import TokenBatch
 from src.language_models.shared_prefix import Pack, plan_packs, split_pack
+from src.language_models.token_scoring import packed_batch
 
 
 def test_rows_sharing_a_prefix_are_packed_and_others_stay_alone() -> None:
@@ -68,7 +69,7 @@ def group_batch() -> TokenBatch:
 def test_packed_scores_and_gradients_equal_the_plain_path(two_models) -> None:
     plain_model, packed_model = two_models
     batch = group_batch()
-    assert packed_model._packed(batch) is not None  # the groups do get packed
+    assert packed_batch(batch, packed_model.pad_id) is not None  # the groups do get packed
     weights = torch.randn(batch.input_ids.shape, generator=torch.Generator().manual_seed(1))
     results = []
     for model in (plain_model, packed_model):

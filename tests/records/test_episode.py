@@ -1,4 +1,11 @@
-from src.records.episode import EpisodeRecord, EpisodeStatus, Outcome, count_successes
+from src.records.episode import (
+    Episode,
+    EpisodeRecord,
+    EpisodeStatus,
+    Outcome,
+    Sample,
+    count_successes,
+)
 
 
 def _record(outcome: Outcome) -> EpisodeRecord:
@@ -13,3 +20,14 @@ def test_only_a_correct_outcome_counts_as_a_success() -> None:
     assert count_successes(records) == 2
     assert count_successes(iter(records)) == 2  # any iterable, read once
     assert count_successes([]) == 0
+
+
+def test_a_record_carries_the_episodes_metrics_and_error_apart_from_its_info() -> None:
+    episode = Episode(Sample(sample_id="s"), 0, 0, task=None,  # type: ignore[arg-type]
+                      status=EpisodeStatus.TASK_ERROR, error="step: sandbox lost")
+    episode.metrics["length"] = 3.0
+    episode.info["note"] = "kept"
+    record = episode.to_record()
+    assert (record.metrics, record.error, record.info) == (
+        {"length": 3.0}, "step: sandbox lost", {"note": "kept"})
+    assert EpisodeRecord.model_validate_json(record.model_dump_json()) == record

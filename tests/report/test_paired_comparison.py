@@ -12,13 +12,13 @@ from src.records.episode import EpisodeRecord
 from src.report.paired_comparison import paired_comparison, single_mean
 
 
-def write(path: Path, episodes: list[tuple[str, str, float, dict]]) -> Path:
-    """Episodes as (sample id, outcome, reward, info)."""
+def write(path: Path, episodes: list[tuple[str, str, float, dict[str, float]]]) -> Path:
+    """Episodes as (sample id, outcome, reward, metrics)."""
     rows = [EpisodeRecord(sample_id=sample_id, group_index=0, batch_index=0, category="c",
                           status="completed", outcome=outcome, reward=reward, turns=1,
                           prompt_tokens=1, completion_tokens=1,
-                          chat=[ChatMessage(role="user", content="q")], info=info)
-            for sample_id, outcome, reward, info in episodes]
+                          chat=[ChatMessage(role="user", content="q")], metrics=metrics)
+            for sample_id, outcome, reward, metrics in episodes]
     path.write_text("".join(json.dumps(row.model_dump(mode="json")) + "\n" for row in rows))
     return path
 
@@ -35,8 +35,8 @@ def test_success_pairs_by_sample_id_whatever_the_order(tmp_path: Path) -> None:
     assert "up 2, down 1, same 1" in text
 
 
-def test_an_info_measure_leaves_out_samples_that_lack_it(tmp_path: Path) -> None:
-    key = "metric/reward_vs_rule"
+def test_a_metric_measure_leaves_out_samples_that_lack_it(tmp_path: Path) -> None:
+    key = "reward_vs_rule"
     before = write(tmp_path / "before.jsonl", [("a", "incorrect", 0.8, {key: -0.01}),
                                                ("b", "incorrect", -1.0, {}),
                                                ("c", "incorrect", 0.8, {key: -0.03})])
@@ -58,7 +58,7 @@ def test_bad_input_is_a_named_error(tmp_path: Path) -> None:
     twice = write(tmp_path / "twice.jsonl", [("a", "correct", 1, {}), ("a", "correct", 1, {})])
     with pytest.raises(ValueError, match=r"twice.jsonl:2: sample a appears twice"):
         single_mean(twice)
-    with pytest.raises(ValueError, match="0 samples have metric/x on both sides"):
-        paired_comparison(one, one, "metric/x")
-    with pytest.raises(ValueError, match=r"one\.jsonl: 0 samples have metric/x"):
-        single_mean(one, "metric/x")
+    with pytest.raises(ValueError, match="0 samples have x on both sides"):
+        paired_comparison(one, one, "x")
+    with pytest.raises(ValueError, match=r"one\.jsonl: 0 samples have x"):
+        single_mean(one, "x")

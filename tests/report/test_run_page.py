@@ -185,7 +185,7 @@ def write_evaluation(path: Path, replies: list[str], outcomes: list[str]) -> Non
         reward=float(outcome == "correct"), turns=1, prompt_tokens=10, completion_tokens=5,
         chat=[ChatMessage(role="user", content="What is 1 + 1? <i>&amp;</i>"),
               ChatMessage(role="agent", content=reply)],
-        info={"metric/correct": float(outcome == "correct"), "note": "</script><b>"})
+        metrics={"correct": float(outcome == "correct")}, info={"note": "</script><b>"})
         for index, (reply, outcome) in enumerate(zip(replies, outcomes, strict=True))]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(row.model_dump_json() + "\n" for row in rows))

@@ -64,11 +64,11 @@ def test_a_power_tower_is_wrong_within_seconds_even_in_a_thread() -> None:
 
 
 def test_boxed_number_and_format2() -> None:
-    assert boxed_number("\\boxed{41}", "7") == 1.0
-    assert boxed_number("\\boxed{x+1}", "7") == 0.0
-    assert format2("<think>\\boxed{3}</think>", "3") == 1.0
-    assert format2("<think>work</think>\\boxed{3}", "3") == 0.0
-    assert format2("\\boxed{3}", "3") == 0.0
+    assert boxed_number("\\boxed{41}") == 1.0
+    assert boxed_number("\\boxed{x+1}") == 0.0
+    assert format2("<think>\\boxed{3}</think>") == 1.0
+    assert format2("<think>work</think>\\boxed{3}") == 0.0
+    assert format2("\\boxed{3}") == 0.0
     assert last_boxed_content("\\boxed{\\frac{1}{2}} and \\boxed{a{b}}") == "a{b}"
 
 
@@ -108,9 +108,9 @@ def test_z_normalise_per_prompt() -> None:
 
 
 def test_boxed_answer_is_the_format_rate() -> None:
-    assert boxed_answer("so \\boxed{12}", "3") == 1.0
-    assert boxed_answer("so \\boxed{ }", "3") == 0.0
-    assert boxed_answer("<think>\\boxed{1}</think> no answer", "1") == 0.0
+    assert boxed_answer("so \\boxed{12}") == 1.0
+    assert boxed_answer("so \\boxed{ }") == 0.0
+    assert boxed_answer("<think>\\boxed{1}</think> no answer") == 0.0
 
 
 def test_gsm8k_gold_answers_score_one(shared_data: Path) -> None:

@@ -23,8 +23,8 @@ def finished_episode(task: MathProblemsTask, reply: str, completion_tokens: int)
     episode.add_message(Role.USER, observation)
     episode.add_message(Role.AGENT, reply)
     _, episode.reward, _, _, info = environment.step(reply)
-    episode.status, episode.outcome = EpisodeStatus(info.pop("status")), Outcome(info.pop("outcome"))
-    episode.info.update(info)
+    episode.status, episode.outcome = info["status"], info["outcome"]
+    episode.metrics.update(info["metrics"])
     episode.trajectory = Trajectory()
     episode.trajectory.append_sampled([1] * completion_tokens, [0.0] * completion_tokens, "stop", 0)
     return episode
@@ -52,6 +52,44 @@ def test_wrong_answers_get_retries_until_the_round_limit() -> None:
     assert reward == pytest.approx(0.1)  # a well-formed boxed number, wrong
 
 
+def reply_to(task: MathProblemsTask, reply: str) -> tuple[float, Outcome, dict[str, float]]:
+    environment = task.new_episode()
+    environment.reset(options={"sample_id": "train-000000"})
+    _, reward, _, _, info = environment.step(reply)
+    return reward, info["outcome"], info["metrics"]
+
+
+def test_the_rubric_adds_the_weighted_rewards_in_the_order_of_the_weights() -> None:
+    task = MathProblemsTask(reward_weights={"format2": 0.1, "boxed_number": 0.2,
+                                            "accuracy": 0.3})
+    gold = task.get_sample("train-000000").data["answer"]
+    reward, outcome, metrics = reply_to(task, f"<think>\\boxed{{{gold}}}</think> \\boxed{{{gold}}}")
+    # by hand, left to right: 0.6000000000000001; in the names' order it would be 0.6
+    assert reward == 0.1 * 1.0 + 0.2 * 1.0 + 0.3 * 1.0 != 0.3 + 0.2 + 0.1
+    assert outcome == Outcome.CORRECT
+    # the names sorted, `boxed_answer` reported though unweighted, no error metrics
+    assert list(metrics.items()) == [("accuracy", 1.0), ("boxed_answer", 1.0),
+                                     ("boxed_number", 1.0), ("format2", 1.0)]
+    wrong = reply_to(task, "\\boxed{-1}")
+    assert wrong[:2] == (0.2, Outcome.INCORRECT) and wrong[2]["boxed_answer"] == 1.0
+    for malformed in ("no idea", "\\boxed{", "\\boxed{ }"):
+        reward, outcome, metrics = reply_to(task, malformed)
+        assert (reward, outcome) == (0.0, Outcome.INCORRECT)
+        assert set(metrics.values()) == {0.0}
+
+
+def test_the_quickstart_weights_score_by_hand() -> None:
+    task = MathProblemsTask(reward_weights={"accuracy": 0.9, "boxed_number": 0.1})
+    assert task.rubric.names == ("accuracy", "boxed_number", "boxed_answer")
+    gold = task.get_sample("train-000000").data["answer"]
+    assert reply_to(task, f"so \\boxed{{{gold}}}") == (
+        0.9 * 1.0 + 0.1 * 1.0, Outcome.CORRECT,
+        {"accuracy": 1.0, "boxed_answer": 1.0, "boxed_number": 1.0})
+    assert reply_to(task, "so \\boxed{x+1}") == (
+        0.0, Outcome.INCORRECT, {"accuracy": 0.0, "boxed_answer": 1.0, "boxed_number": 0.0})
+    assert reply_to(task, "so \\boxed{-1}")[:2] == (0.9 * 0.0 + 0.1 * 1.0, Outcome.INCORRECT)
+
+
 def test_group_rewards_add_cosine_and_length_then_normalise() -> None:
     task = MathProblemsTask(reward_weights={"accuracy": 1.0, "cosine": 1.0, "length": 1.0},
                             cosine={"max_len": 100})
@@ -59,19 +97,20 @@ def test_group_rewards_add_cosine_and_length_then_normalise() -> None:
     group = [finished_episode(task, f"\\boxed{{{gold}}}", 0),
              finished_episode(task, f"\\boxed{{{gold}}}", 50),
              finished_episode(task, "\\boxed{-1}", 100)]
-    task.score_group(group)
+    scores = task.score_group(group)
     # accuracy + cosine + length (lambda 0.5, 0, -0.5; the wrong one min(0, -0.5))
-    assert [e.reward for e in group] == pytest.approx([1 + 1.0 + 0.5, 1 + 0.55 + 0.0,
-                                                       0 - 0.1 - 0.5])
-    assert group[1].info["metric/cosine"] == pytest.approx(0.55)
+    assert [s.reward for s in scores] == pytest.approx([1 + 1.0 + 0.5, 1 + 0.55 + 0.0,
+                                                        0 - 0.1 - 0.5])
+    assert scores[1].metrics == pytest.approx({"cosine": 0.55, "length": 0.0})
+    assert [e.reward for e in group] == [1.0, 1.0, 0.0]  # the caller gives the scores
 
     normalising = MathProblemsTask(reward_weights={"accuracy": 1.0}, normalize_rewards=True)
     group = [finished_episode(normalising, f"\\boxed{{{gold}}}", 5),
              finished_episode(normalising, "\\boxed{-1}", 5)]
-    normalising.score_group(group)
+    scores = normalising.score_group(group)
     # mean 0.5, unbiased std of (1, 0) = 0.7071
-    assert [e.reward for e in group] == pytest.approx([0.70711, -0.70711], abs=1e-4)
-    assert group[0].info["reward_before_normalisation"] == 1.0
+    assert [s.reward for s in scores] == pytest.approx([0.70711, -0.70711], abs=1e-4)
+    assert scores[0].info == {"reward_before_normalisation": 1.0}
 
 
 def test_verl_reward_file_is_used_unchanged(tmp_path: Path) -> None:
@@ -86,10 +125,31 @@ def test_verl_reward_file_is_used_unchanged(tmp_path: Path) -> None:
                             custom_reward_function=CustomRewardFunction(path=str(path)))
     gold = task.get_sample("train-000000").data["answer"]
     episode = finished_episode(task, f"\\boxed{{{gold}}}", 3)
-    assert episode.reward == 2.0 and episode.info["metric/custom/hit"] == 1.0
+    assert episode.reward == 2.0 and episode.metrics["custom/hit"] == 1.0
     assert finished_episode(task, "\\boxed{-1}", 3).reward == -1.0
     as_float = MathProblemsTask(custom_reward_function={"path": str(path), "name": "as_float"})
     assert finished_episode(as_float, "x", 1).reward == pytest.approx(0.25)  # accuracy 0 + 0.25
+
+
+def test_the_verl_function_gets_verls_arguments_and_its_failure_ends_the_step(
+        tmp_path: Path) -> None:
+    path = tmp_path / "my_reward.py"
+    path.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    if not solution_str:\n"
+        "        raise ValueError('empty')\n"
+        "    assert data_source == 'procedural' and solution_str == 'seven'\n"
+        "    assert extra_info['sample_id'] == 'train-000000' and 'question' in extra_info\n"
+        "    return {'score': 0.5, 'length': len(solution_str), 'gold': ground_truth}\n")
+    task = MathProblemsTask(reward_weights={"custom": 0.5, "format2": 2.0},
+                            custom_reward_function={"path": str(path)})
+    reward, outcome, metrics = reply_to(task, "seven")
+    assert (reward, outcome) == (0.5 * 0.5 + 2.0 * 0.0, Outcome.INCORRECT)
+    # `custom` and its numbers last; the gold answer, a string, is not a figure
+    assert list(metrics.items()) == [("accuracy", 0.0), ("boxed_answer", 0.0),
+                                     ("format2", 0.0), ("custom", 0.5), ("custom/length", 5.0)]
+    with pytest.raises(ValueError, match="empty"):  # the episode ends as task_error
+        reply_to(task, "")
 
 
 def test_verl_reward_errors_name_the_key(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""The rubric: weighted reward functions given only the arguments they name, whose
-failures on a reply score 0 with an error metric instead of ending the run."""
+"""The rubric: weighted reward functions given only the arguments they name, added in
+their order, whose failures on a reply score 0 with an error metric instead of ending the
+run (or, for a task's own functions, raise)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from typing import Any
 
 import pytest
 
-from src.tasks.rubric import ERRORS_KEY, Rubric
+from src.records.episode import Sample
+from src.tasks.rubric import ERRORS_KEY, DetailedReward, Rubric
 
-SAMPLE = {"question": "France", "answer": "Paris", "category": "europe"}
+FIELDS = {"question": "France", "answer": "Paris", "category": "europe"}
+SAMPLE = Sample(sample_id="train-000007", category="europe", data=FIELDS)
 
 
 def exact(reply: str, answer: str) -> float:
@@ -30,8 +33,9 @@ def test_the_score_is_the_weighted_sum_and_each_value_a_metric() -> None:
     rubric = Rubric([exact, brief], weights=[1.0, 0.25])
     scored = rubric.score("Paris", SAMPLE, "What is the capital of France?")
     assert scored.score == 1.25 and scored.values == {"exact": 1.0, "brief": 1.0}
-    assert scored.info() == {"metric/exact": 1.0, "metric/exact/error": 0.0,
-                             "metric/brief": 1.0, "metric/brief/error": 0.0}
+    assert scored.metrics() == {"exact": 1.0, "exact/error": 0.0,
+                                "brief": 1.0, "brief/error": 0.0}
+    assert scored.info() == {}
     assert rubric.score("It is Lyon, I think", SAMPLE, "").score == 0.0
     assert Rubric([exact, brief]).score("Paris", SAMPLE, "").score == 2.0  # weights 1
 
@@ -48,10 +52,11 @@ def test_each_function_gets_only_the_arguments_it_names() -> None:
         return 0.0
 
     rubric = Rubric([everything, fields], weights=[-2.0, 1.0])
-    assert rubric.arguments == {"reply", "answer", "sample", "prompt"}
+    assert rubric.arguments == {"reply", "answer", "sample", "sample_id", "prompt"}
     assert rubric.score("Paris", SAMPLE, "asked").score == -1.0  # negative weights penalise
     assert seen["reply"] == "Paris" and seen["answer"] == "Paris" and seen["prompt"] == "asked"
-    assert seen["fields"] == (SAMPLE, "asked", 2.0)  # a default of its own is left alone
+    assert seen["sample_id"] == "train-000007"
+    assert seen["fields"] == (FIELDS, "asked", 2.0)  # a default of its own is left alone
     with pytest.raises(TypeError):  # the sample is read-only to reward functions
         seen["sample"]["answer"] = "Lyon"
 
@@ -62,9 +67,9 @@ def test_a_function_that_raises_scores_zero_with_an_error_metric(caplog) -> None
         first = rubric.score("", SAMPLE, "")
         second = rubric.score("", SAMPLE, "")
     assert first.score == 1.0 and first.values == {"divides": 0.0, "brief": 1.0}
-    info = first.info()
-    assert info["metric/divides/error"] == 1.0 and info["metric/brief/error"] == 0.0
-    assert info[ERRORS_KEY] == {"divides": "ZeroDivisionError: float division by zero"}
+    metrics = first.metrics()
+    assert metrics["divides/error"] == 1.0 and metrics["brief/error"] == 0.0
+    assert first.info()[ERRORS_KEY] == {"divides": "ZeroDivisionError: float division by zero"}
     assert second.errors == first.errors
     # logged with its traceback once, so that a bug in the function is seen
     assert [record.exc_info is not None for record in caplog.records] == [True]
@@ -77,7 +82,46 @@ def test_a_value_that_is_not_a_finite_number_is_an_error(value: Any) -> None:
         return value
 
     scored = Rubric([odd]).score("Paris", SAMPLE, "")
-    assert scored.score == 0.0 and scored.info()["metric/odd/error"] == 1.0
+    assert scored.score == 0.0 and scored.metrics()["odd/error"] == 1.0
+
+
+def one(reply: str) -> float:
+    return 1.0
+
+
+def another(reply: str) -> float:
+    return 1.0
+
+
+def test_the_sum_adds_the_functions_in_their_order() -> None:
+    # floating-point addition is not associative: (0.1 + 0.2) + 0.3 != (0.3 + 0.2) + 0.1
+    assert Rubric([one, another, brief], [0.1, 0.2, 0.3]).score("Paris", SAMPLE, "").score == (
+        0.1 + 0.2) + 0.3 != 0.6
+    assert Rubric([brief, another, one], [0.3, 0.2, 0.1]).score("Paris", SAMPLE, "").score == 0.6
+
+
+def test_details_are_reported_beside_the_value_and_not_added() -> None:
+    def verified(reply: str) -> DetailedReward:
+        return DetailedReward(0.5, {"hit": True, "length": 5})
+
+    scored = Rubric([verified, brief], weights=[2.0, 1.0]).score("Paris", SAMPLE, "")
+    assert scored.score == 2.0 and scored.details == {"verified/hit": 1.0, "verified/length": 5.0}
+    assert scored.metrics() == {"verified": 0.5, "verified/error": 0.0, "brief": 1.0,
+                                "brief/error": 0.0, "verified/hit": 1.0, "verified/length": 5.0}
+
+    def clashing(reply: str) -> DetailedReward:
+        return DetailedReward(1.0, {"error": 0.0})  # would overwrite clashing/error
+
+    scored = Rubric([clashing]).score("Paris", SAMPLE, "")
+    assert scored.score == 0.0 and scored.metrics() == {"clashing": 0.0, "clashing/error": 1.0}
+
+
+def test_a_rubric_of_a_tasks_own_functions_raises_and_counts_no_errors() -> None:
+    trusted = Rubric([exact, divides], weights=[1.0, 1.0], catch_errors=False)
+    scored = trusted.score("Paris", SAMPLE, "")
+    assert scored.score == 1.2 and scored.metrics() == {"exact": 1.0, "divides": 0.2}
+    with pytest.raises(ZeroDivisionError):
+        trusted.score("", SAMPLE, "")
 
 
 def test_functions_by_dotted_path_as_a_config_names_them() -> None:

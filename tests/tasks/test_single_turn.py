@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from src.records.episode import EpisodeStatus, Outcome
+from src.records.episode import EpisodeStatus, Outcome, StepInfo
 from src.run_experiment import main
 from src.tasks.rubric import Rubric
 from src.tasks.single_turn import SingleTurnTask
@@ -46,7 +46,7 @@ def capitals(**settings: Any) -> SingleTurnTask:
 
 
 def reply_to(task: SingleTurnTask, sample_id: str,
-             reply: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+             reply: str) -> tuple[str, float, bool, bool, StepInfo]:
     episode = task.new_episode()
     episode.reset(options={"sample_id": sample_id})
     return episode.step(reply)
@@ -74,8 +74,9 @@ def test_one_reply_ends_the_episode_scored_by_the_rubric() -> None:
     _, reward, terminated, truncated, info = episode.step("Lima")
     assert (reward, terminated, truncated) == (1.5, True, False)
     assert info["status"] is EpisodeStatus.COMPLETED and info["outcome"] is Outcome.CORRECT
-    assert info["metric/exact"] == 1.0 and info["metric/brief"] == 1.0
-    assert info["metric/exact/error"] == 0.0
+    assert info["metrics"] == {"exact": 1.0, "exact/error": 0.0, "brief": 1.0,
+                               "brief/error": 0.0}
+    assert info["extras"] == {}  # no function failed
 
 
 @pytest.mark.parametrize(("threshold", "reply", "outcome"), [
@@ -109,8 +110,8 @@ def test_a_reward_function_that_raises_on_a_reply_does_not_end_the_run() -> None
     task = capitals(rubric=Rubric([first_letter, brief]))
     _, reward, terminated, _, info = reply_to(task, "train-000000", "")
     assert (reward, terminated, info["status"]) == (1.0, True, EpisodeStatus.COMPLETED)
-    assert info["metric/first_letter"] == 0.0 and info["metric/first_letter/error"] == 1.0
-    assert info["reward_function_errors"]["first_letter"].startswith("IndexError")
+    assert info["metrics"]["first_letter"] == 0.0 and info["metrics"]["first_letter/error"] == 1.0
+    assert info["extras"]["reward_function_errors"]["first_letter"].startswith("IndexError")
 
 
 def test_without_an_oracle_the_oracle_reply_says_so() -> None:

@@ -12,6 +12,7 @@ from src.experiment.rollout import roll_out_lockstep
 from src.records.episode import Episode, EpisodeStatus, Outcome, Sample
 from src.tasks.task import (
     EpisodeEnv,
+    EpisodeScore,
     StepOutcome,
     Task,
     parse_split_sample_id,
@@ -35,8 +36,9 @@ class EchoTask(Task["EchoEpisode"]):
         self.handed_out.append(EchoEpisode(self))
         return self.handed_out[-1]
 
-    def _score_group(self, episodes: Sequence[Episode]) -> None:
+    def _score_group(self, episodes: Sequence[Episode]) -> list[EpisodeScore]:
         self.groups.append([episode.sample.sample_id for episode in episodes])
+        return super()._score_group(episodes)
 
 
 class EchoEpisode(EpisodeEnv[EchoTask]):
@@ -49,7 +51,8 @@ class EchoEpisode(EpisodeEnv[EchoTask]):
         assert self.sample is not None
         correct = action.strip() == self.sample.data["word"]
         return StepOutcome("", reward=float(correct), terminated=correct,
-                           outcome=Outcome.CORRECT if correct else Outcome.INCORRECT)
+                           outcome=Outcome.CORRECT if correct else Outcome.INCORRECT,
+                           metrics={"length": len(action)}, info={"echoed": action})
 
     def _oracle_reply(self) -> str:
         assert self.sample is not None
@@ -81,7 +84,9 @@ def test_episode_status_round_limit_and_oracle() -> None:
     assert observation == "Repeat exactly: train-000003"
     assert info == {"sample_id": "train-000003", "category": "default"}
     *_, terminated, truncated, info = environment.step("no")
-    assert (terminated, truncated, info["status"]) == (False, False, EpisodeStatus.RUNNING)
+    assert info == {"status": EpisodeStatus.RUNNING, "outcome": Outcome.INCORRECT,
+                    "metrics": {"length": 2.0}, "extras": {"echoed": "no"}}
+    assert (terminated, truncated) == (False, False)
     _, reward, terminated, truncated, info = environment.step("still no")
     assert (reward, terminated, truncated) == (0.0, False, True)
     assert (info["status"], info["outcome"]) == (EpisodeStatus.TASK_LIMIT_REACHED,
@@ -106,6 +111,25 @@ def test_family_invariants() -> None:
     with pytest.raises(RuntimeError, match="still running"):
         task.score_group([running])
 
+    class Dropping(EchoTask):
+        def _score_group(self, episodes: Sequence[Episode]) -> list[EpisodeScore]:
+            return []
+
+    running.status = EpisodeStatus.COMPLETED
+    with pytest.raises(ValueError, match="gave 0 scores for 1 episodes"):
+        Dropping().score_group([running])
+
+
+def test_a_metric_that_is_not_a_number_is_refused() -> None:
+    class Texting(EchoEpisode):
+        def _step(self, action: str) -> StepOutcome:
+            return StepOutcome("", metrics={"verdict": "fine"})  # type: ignore[dict-item]
+
+    environment = Texting(EchoTask())
+    environment.reset(options={"sample_id": "train-000000"})
+    with pytest.raises(TypeError, match="numeric metrics"):
+        environment.step("x")
+
 
 def test_rollout_hands_each_slot_a_new_environment_and_closes_them() -> None:
     task = EchoTask()
@@ -118,8 +142,27 @@ def test_rollout_hands_each_slot_a_new_environment_and_closes_them() -> None:
     assert all(environment.closed for environment in task.handed_out)
     assert all(episode.outcome is Outcome.CORRECT for episode in episodes)
     assert task.groups == [["train-000000"] * 2, ["train-000001"] * 2, ["train-000002"] * 2]
+    assert episodes[0].metrics == {"length": 12.0}
+    assert episodes[0].info["echoed"] == "train-000000"
     # each slot's seed reached its own environment
     assert [env.np_random_seed for env in task.handed_out] == list(range(6))
+
+
+def test_the_rollout_gives_each_episode_its_group_score() -> None:
+    class Ranking(EchoTask):
+        def _score_group(self, episodes: Sequence[Episode]) -> list[EpisodeScore]:
+            return [EpisodeScore(episode.reward + index, metrics={"rank": float(index)},
+                                 info={"ranked": True})
+                    for index, episode in enumerate(episodes)]
+
+    task = Ranking()
+    sample = task.get_sample("train-000000")
+    episodes = roll_out_lockstep([(sample, 0), (sample, 1)], task, OracleAgent(),
+                                 batch_index=0, seeds=[0, 1])
+    assert [episode.reward for episode in episodes] == [1.0, 2.0]
+    assert [episode.metrics for episode in episodes] == [{"length": 12.0, "rank": 0.0},
+                                                         {"length": 12.0, "rank": 1.0}]
+    assert all(episode.info["ranked"] for episode in episodes)
 
 
 def test_an_environment_failing_in_reset_or_step_fails_its_episode_not_the_batch() -> None:
@@ -148,8 +191,8 @@ def test_an_environment_failing_in_reset_or_step_fails_its_episode_not_the_batch
                                  seeds=list(range(len(samples))))
     assert [e.status for e in episodes] == [EpisodeStatus.COMPLETED] * 2 + [
         EpisodeStatus.TASK_ERROR] * 4
-    assert all(e.info["task_error"].startswith("reset:") for e in episodes[2:4])
-    assert "reference SQL failed" in episodes[2].info["task_error"]
-    assert all(e.info["task_error"].startswith("step:") for e in episodes[4:])
+    assert all(e.error.startswith("reset:") for e in episodes[2:4])
+    assert "reference SQL failed" in episodes[2].error
+    assert all(e.error.startswith("step:") for e in episodes[4:])
     assert task.groups == [["train-000000"] * 2]  # failed episodes have nothing to score
     assert all(environment.closed for environment in task.handed_out)

@@ -19,12 +19,13 @@ from src.agents.instance.lora_rl_agent import LoRARLAgent
 from src.language_models.language_model import LanguageModel
 from src.records.episode import Episode, Outcome
 from src.storage.files import atomic_write_json
+from src.storage.state import Stateful
 
 MEMORY_FILE = "replay_memory.json"
 Turns = list[tuple[str, str]]
 
 
-class ExperienceReplayAgent(LoRARLAgent):
+class ExperienceReplayAgent(LoRARLAgent, Stateful):
     """The LoRA agent with earlier successes shown before each chat, as earlier turns of
     the conversation: the in-context baseline an RL run is compared with (no weight
     changes). Only training episodes add to the memory, once they have ended; evaluation
@@ -59,7 +60,7 @@ class ExperienceReplayAgent(LoRARLAgent):
         category = episode.sample.category
         examples = [chat for kind, chat in reversed(self.memory)
                     if not self.same_category or kind == category][:self.num_examples]
-        episode.info["metric/replayed_examples"] = float(len(examples))
+        episode.metrics["replayed_examples"] = float(len(examples))
         return [turn for chat in reversed(examples) for turn in chat]  # oldest first
 
     def _collect_successes(self) -> None:

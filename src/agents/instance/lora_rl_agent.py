@@ -62,7 +62,7 @@ class LoRARLAgent(SamplingAgent):
             [*before, ("user", first.content)], True)))
         episode.trajectory = trajectory
         episode.info["template_consistent"] = True
-        episode.info["metric/template_inconsistent"] = 0.0
+        episode.metrics["template_inconsistent"] = 0.0
         trajectory.messages_fed = 1
 
     def _append_observation(self, episode: Episode) -> None:
@@ -91,7 +91,7 @@ class LoRARLAgent(SamplingAgent):
                                                    skip_special_tokens=False)
         consistent = episode.info["template_consistent"] and rendered == fed
         episode.info["template_consistent"] = consistent
-        episode.info["metric/template_inconsistent"] = 0.0 if consistent else 1.0
+        episode.metrics["template_inconsistent"] = 0.0 if consistent else 1.0
 
     def _act(self, episodes: Sequence[Episode]) -> list[AgentReply]:
         model = self.language_model

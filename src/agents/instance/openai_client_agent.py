@@ -11,11 +11,11 @@ trains on exactly what was sampled. The functions of all running episodes run in
 and their calls are answered in one batched `generate` (lockstep). With `tools`, where the
 model's chat template renders them, replies in the Hermes format come back as `tool_calls`;
 the function runs the tools and sends their results as `tool` messages in its next call
-(`metric/tool_calls`, `metric/malformed_tool_calls` count them per episode).
+(the episode metrics `tool_calls`, `malformed_tool_calls` count them).
 
-An episode ends as `agent_error` (left out of the update, reason in its info, counted in
-`metric/prefix_broken` where that was the reason) when its function raises or returns no
-text, or when a call breaks the prefix property; as `agent_context_limit` when a call's
+An episode ends as `agent_error` (left out of the update, reason in its `error`, counted in
+the metric `prefix_broken` where that was the reason) when its function raises or returns
+no text, or when a call breaks the prefix property; as `agent_context_limit` when a call's
 prompt would not fit the model.
 """
 
@@ -130,9 +130,9 @@ class OpenAIClientAgent(SamplingAgent):
         episode.trajectory = Trajectory()
         session = EpisodeSession(self._session_key(episode),
                                  EpisodeCalls(episode.trajectory, self._boundary))
-        episode.info["metric/prefix_broken"] = 0.0
+        episode.metrics["prefix_broken"] = 0.0
         for key in ("tool_calls", "malformed_tool_calls"):
-            episode.info[f"metric/{key}"] = 0.0
+            episode.metrics[key] = 0.0
         episode.info["endpoint_session"] = session.key  # the `id` of its responses
         self._sessions[id(episode)] = (episode, session)
         self.endpoint.sessions[session.key] = session
@@ -183,18 +183,18 @@ class OpenAIClientAgent(SamplingAgent):
                 for episode, session, result in zip(episodes, sessions, results, strict=True)]
 
     def _reply(self, episode: Episode, session: EpisodeSession, result: Any) -> AgentReply:
-        episode.info["metric/tool_calls"] = float(session.calls.tool_calls)
-        episode.info["metric/malformed_tool_calls"] = float(session.calls.malformed_tool_calls)
+        episode.metrics["tool_calls"] = float(session.calls.tool_calls)
+        episode.metrics["malformed_tool_calls"] = float(session.calls.malformed_tool_calls)
         if isinstance(result, str):
             return AgentReply(result)
         refusal = session.refusal
         if refusal is not None and refusal.code == "context_length_exceeded":
             return AgentReply(None, EpisodeStatus.AGENT_CONTEXT_LIMIT)
         if refusal is not None and refusal.code == "prefix_broken":
-            episode.info["metric/prefix_broken"] = 1.0
+            episode.metrics["prefix_broken"] = 1.0
         reason = (f"endpoint refused a call ({refusal.code}): {refusal}" if refusal is not None
                   else f"the agent function returned {type(result).__name__}: {result}")
-        episode.info[EpisodeStatus.AGENT_ERROR.value] = reason
+        episode.error = reason
         return AgentReply(None, EpisodeStatus.AGENT_ERROR)
 
     def _forget_ended_episodes(self) -> None:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 import math
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from src.callbacks.callback import BatchContext, Callback
+from src.callbacks.callback import BatchContext, EpisodeTrainer, TrainingSchedule
 from src.language_models.language_model import TrainableLanguageModel
 from src.maths.groups import group_statistics, zero_spread
 from src.records.episode import Episode, EpisodeStatus, Outcome
@@ -46,6 +47,7 @@ from src.training.token_rows import TokenRows
 logger = logging.getLogger(__name__)
 
 Algorithm = Literal["grpo", "dr_grpo", "rloo", "reinforce"]
+MAX_POLICY_STALENESS = 0  # the default: only episodes of the current policy
 
 
 def _merge_flat(group: Any, group_name: str, flat: dict[str, Any]) -> Any:
@@ -59,7 +61,7 @@ def _merge_flat(group: Any, group_name: str, flat: dict[str, Any]) -> Any:
     return group.model_validate(group.model_dump(exclude_unset=True) | given)
 
 
-class RLTrainingCallback(Callback):
+class RLTrainingCallback(EpisodeTrainer):
     """Online RL of the LoRA policy: after each batch, returns (with a KL penalty, if in
     the reward) -> advantages -> `ppo.epochs` passes over mini-batches, one optimiser step
     each. Settings come in groups (`advantage`, `ppo`, `kl`, `reward`, `optimizer`,
@@ -76,7 +78,8 @@ class RLTrainingCallback(Callback):
     `advantage_abs_mean`, `completions/mean_length`, `completions/clipped_ratio`, `loss`,
     `grad_norm`, `learning_rate`, `kl`, `kl_coef`, `entropy`, `clip_ratio/*`,
     `policy_staleness/*`, `mismatch/*`, `policy_version`. Checkpoints go to
-    callback_state/<callback id>/, with best/ as `best_metric` chooses.
+    callback_state/<callback id>/, with best/ as `best_metric` chooses among the figures
+    the loop hands it at each commit.
 
     Trainer workers (`num_trainer_workers` >= 2): Ray actors that form one torch.distributed
     group (gloo on CPUs, NCCL on GPUs), shard the model's layers with FSDP and sum their
@@ -98,13 +101,13 @@ class RLTrainingCallback(Callback):
         reward: RewardSettings | None = None,
         optimizer: OptimizerSettings | None = None,
         mismatch: MismatchSettings | None = None,
-        # reward: the batch's training reward; or any logged figure, an evaluation's
-        # `selection/success_rate` say: the checkpoint with its highest value, the earliest
-        # among equals, is copied to best/ (None: no best/)
+        # reward: the batch's training reward; or any figure logged at the step, an
+        # evaluation's `selection/success_rate` say: the checkpoint with its highest value,
+        # the earliest among equals, is copied to best/ (None: no best/)
         best_metric: str | None = "reward",
         # episodes sampled more than this many updates ago are dropped
         # (`policy_staleness/dropped`); None keeps all. Use 1 with `rollout.max_staleness: 1`
-        max_policy_staleness: int | None = 0,
+        max_policy_staleness: int | None = MAX_POLICY_STALENESS,
         seed: int = 0,  # seeds the shuffle of episodes into mini-batches
         num_trainer_workers: int = 1,  # >= 2: the update in that many FSDP workers
         cpus_per_trainer_worker: int = 1,
@@ -152,17 +155,21 @@ class RLTrainingCallback(Callback):
             else ShardedLearner(language_model, self.optimizer_settings, num_trainer_workers,
                                 cpus_per_trainer_worker, gpus_per_trainer_worker))
         self.best_value: float | None = None
-        self._last_metrics: dict[str, float] = {}
-        self._batch_step = 0
+        self._new_best: dict[str, Any] | None = None  # the step being committed's, if best
+
+    @classmethod
+    def oldest_trained(cls, parameters: Mapping[str, object]) -> int | None:
+        kept = parameters.get("max_policy_staleness", MAX_POLICY_STALENESS)
+        return kept if kept is None else int(kept)  # type: ignore[call-overload]
 
     # ---- schedule ------------------------------------------------------------------
-    def on_run_start(self, total_batches: int, episodes_per_batch: int | None = None) -> None:
+    def prepare(self, schedule: TrainingSchedule) -> None:
         # optimiser steps per batch: one per mini-batch per epoch (a batch with fewer
         # episodes takes fewer, and the schedule then stops short of its end)
         mini_batches = 1
-        if self.ppo.mini_batch_size and episodes_per_batch:
-            mini_batches = math.ceil(episodes_per_batch / self.ppo.mini_batch_size)
-        self.learner.schedule(total_batches * self.ppo.epochs * mini_batches)
+        if self.ppo.mini_batch_size:
+            mini_batches = math.ceil(schedule.episodes_per_batch / self.ppo.mini_batch_size)
+        self.learner.schedule(schedule.total_batches * self.ppo.epochs * mini_batches)
 
     # ---- returns -------------------------------------------------------------------
     def episode_return(self, episode: Episode) -> float:
@@ -178,10 +185,7 @@ class RLTrainingCallback(Callback):
         return self.reward.weight * value
 
     # ---- the update ----------------------------------------------------------------
-    def on_batch_end(self, batch: BatchContext) -> dict[str, float]:
-        # the loop's step, which names the checkpoint (a batch may make no optimiser step)
-        self._batch_step = batch.batch_index + 1
-        self._last_metrics = {}  # nothing of an earlier batch or evaluation carries over
+    def train(self, batch: BatchContext) -> dict[str, float]:
         # an episode whose environment or model failed says nothing about the policy
         episodes = [e for e in batch.episodes if not e.status.failed
                     and e.trajectory and e.trajectory.completion_token_count]
@@ -263,7 +267,6 @@ class RLTrainingCallback(Callback):
         metrics.update(effective_sample_size(metrics))
         self.model.mark_updated()
         metrics["policy_version"] = float(self.model.policy_version)
-        self._last_metrics = metrics
         return metrics
 
     def _sampling_temperature(self, trajectories: list[Trajectory]) -> float:
@@ -355,26 +358,24 @@ class RLTrainingCallback(Callback):
             self.kl.update(metrics["kl"], n_steps=len(indices))
         return metrics
 
-    def on_evaluation(self, step: int, metrics: dict[str, float]) -> None:
-        # so that `best_metric` may name a held-out figure, selection/success_rate say; the
-        # next batch's metrics replace these
-        self._last_metrics = {**self._last_metrics, **metrics}
-
     # ---- state ---------------------------------------------------------------------
-    def save_state(self, directory: Path) -> None:
-        value = self._last_metrics.get(self.best_metric) if self.best_metric else None
-        new_best = improves(value, self.best_value)
-        if new_best:
+    def consider_best(self, step: int, figures: Mapping[str, float]) -> None:
+        value = figures.get(self.best_metric) if self.best_metric else None
+        self._new_best = None
+        if improves(value, self.best_value):
             self.best_value = value
+            self._new_best = {"metric": self.best_metric, "value": value, "step": step}
+
+    def save_state(self, directory: Path) -> None:
         self.learner.save(directory, {
             "kl_coef": self.kl.beta,
             "running_baseline": self.estimator.state_dict().get("running_mean"),
             "best_metric": self.best_metric,
             "best_value": self.best_value,
         })
-        if new_best:  # the loop copies it to best/ once the batch is committed
-            mark_best(directory, {"metric": self.best_metric, "value": value,
-                                  "step": self._batch_step})
+        if self._new_best is not None:  # copied to best/ once the batch is committed
+            mark_best(directory, self._new_best)
+            self._new_best = None
 
     def close(self) -> None:
         if isinstance(self.learner, ShardedLearner):

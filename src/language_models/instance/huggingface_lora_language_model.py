@@ -1,96 +1,57 @@
 """A Hugging Face causal LM with a PEFT LoRA adapter: samples with log-probs, scores, trains.
 
-Sampling is the decode loop of src.language_models.sampler (log-probs exactly as drawn,
-finished rows leaving the batch, shared prefixes prefilled once), run on a copy of the
-model whose LoRA layers run one fused product per input (src.language_models
-.fused_lora_sampler); this class owns the weights, the adapter and the scoring.
-Training scores the rows of a group as one packed sequence with their shared prompt laid
-out once (src.language_models.shared_prefix).
+This class owns the weights and the adapter; it is the policy the RL callback trains
+(`TrainableLanguageModel`) and an engine a rollout pool builds (`InferenceEngine`).
+Sampling is its `Sampler`'s (src.language_models.sampler, chosen by `sampler`), run on
+a copy of the model whose LoRA layers run one fused product per input
+(src.language_models.fused_lora_sampler). Scoring is src.language_models.token_scoring:
+training scores the rows of a group as one packed sequence with their shared prompt
+laid out once (src.language_models.shared_prefix).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
 from peft.utils import load_peft_weights
-from pydantic import BaseModel, ConfigDict
-from torch.utils.checkpoint import checkpoint
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from src.language_models.embedded_model import DEFAULT_MODEL, resolve_model_path
 from src.language_models.fused_lora_sampler import FusedLoRASampler
+from src.language_models.generate_sampler import GenerateSampler
 from src.language_models.grouped_attention import GROUPED_SDPA
+from src.language_models.kv_cache_sampler import KVCacheSampler
 from src.language_models.language_model import (
     EnginePlacement,
     Generation,
+    InferenceEngine,
     SamplingParams,
     ScoredTokens,
     TokenBatch,
     TrainableLanguageModel,
     role_dict_with_defaults,
 )
-from src.language_models.prefix_cache import PrefixCache
-from src.language_models.sampler import KVCacheSampler
-from src.language_models.shared_prefix import PackedBatch, pack_rows, plan_packs
-
-LOGIT_CHUNK = 256  # scored positions per lm_head chunk: bounds the [chunk, vocab] logits
-
-
-class LoRASettings(BaseModel):
-    """The `lora_config` block as LifelongAgentBench's configs write it (PEFT LoraConfig
-    fields). The adapter starts at zero, so the policy starts as the base model."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    r: int = 16  # the adapter's rank
-    lora_alpha: int = 32  # the adapter's output is scaled by lora_alpha / r
-    # `all-linear` (every linear layer but the output head) or a list of module names
-    target_modules: list[str] | str = "all-linear"
-    # only the cross-entropy losses (supervised stage, offline RCE warm-up) use it:
-    # sampling and the RL update run without it, so that the PPO ratio is 1 on policy
-    lora_dropout: float = 0.0
-    bias: Literal["none", "all", "lora_only"] = "none"  # which biases train as well
-    task_type: Literal["CAUSAL_LM"] = "CAUSAL_LM"
+from src.language_models.lora_model_settings import (
+    Dtype,
+    LoRASettings,
+    choose_device,
+    choose_dtype,
+)
+from src.language_models.sampler import Sampler
+from src.language_models.token_scoring import score_tokens
 
 
-def _choose_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-Dtype = Literal["auto", "bfloat16_where_native", "float32", "bfloat16", "float16"]
-
-
-def multiplies_bfloat16_natively(device: torch.device) -> bool:
-    """A GPU, or a CPU with bf16 matrix instructions (AMX tiles or AVX512-BF16): there
-    bf16 matrix products run 2-8x faster than fp32 (docs/results.md, "Performance")."""
-    if device.type == "cuda":
-        return True
-    return device.type == "cpu" and (torch.cpu._is_amx_tile_supported()
-                                     or torch.cpu._is_avx512_bf16_supported())
-
-
-def _choose_dtype(dtype: Dtype, device: torch.device) -> torch.dtype:
-    if dtype == "auto":  # exact fp32 on CPU; bf16 where the GPU makes it the norm
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if dtype == "bfloat16_where_native":
-        return torch.bfloat16 if multiplies_bfloat16_natively(device) else torch.float32
-    return getattr(torch, dtype)
-
-
-class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
+class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
     """The trained policy: a Hugging Face causal LM with a PEFT LoRA adapter, which samples
     (each token with its log-prob), scores and trains. The LoRA parameters, their gradients
     and the optimizer state are float32 whatever `dtype` is. A group's identical prompts,
     and the prefix all of a call's prompts share (system prompt, task instructions), are
-    prefilled once. `prefix_caching`, `fused_sampling` and `shared_prefix_training` only
-    save time: none changes the results beyond rounding."""
+    prefilled once (by the default sampler). `prefix_caching`, `fused_sampling` and
+    `shared_prefix_training` only save time: none changes the results beyond rounding."""
 
     def __init__(
         self,
@@ -115,8 +76,12 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         # `rollout.max_batches: 0` and `evaluation.at_start` a run only evaluates it
         adapter_path: str | None = None,
         gradient_checkpointing: bool = False,  # less activation memory, more compute
-        # a multi-turn episode's next turn reuses its previous turn's keys and values and
-        # feeds only the new tokens; dropped whenever the weights change
+        # kv_cache: the decode loop of src.language_models.kv_cache_sampler, for speed on
+        # multi-turn batches; generate: transformers' own model.generate, for models or
+        # cache types that loop does not cover and as a reference to check it against
+        sampler: Literal["kv_cache", "generate"] = "kv_cache",
+        # (kv_cache) a multi-turn episode's next turn reuses its previous turn's keys and
+        # values and feeds only the new tokens; dropped whenever the weights change
         prefix_caching: bool = True,
         # auto: grouped_sdpa on CPU (grouped key/value heads are not copied each step; a
         # decode step is two small products over the cache), transformers' sdpa on CUDA;
@@ -137,11 +102,14 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         self._gradient_checkpointing = gradient_checkpointing
         self._role_dict = role_dict_with_defaults(role_dict)
         self.lora_settings = lora_config or LoRASettings()
-        self._prefix_cache = PrefixCache()
-        self._device = _choose_device(device)
-        self.dtype = _choose_dtype(dtype, self.device)
+        self._device = choose_device(device)
+        self.dtype = choose_dtype(dtype, self.device)
         path = resolve_model_path(model_name_or_path)
         self._tokenizer = AutoTokenizer.from_pretrained(path)
+        # built before the weights: loading an adapter tells it the weights changed
+        self._sampler: Sampler = (
+            KVCacheSampler(self.device, self.pad_id, prefix_caching) if sampler == "kv_cache"
+            else GenerateSampler(self.device, self.pad_id))
         self._attn_implementation = attn_implementation  # as asked: a replica resolves "auto"
         if attn_implementation == "auto":  # see grouped_attention; CUDA kernels prefer sdpa
             attn_implementation = "sdpa" if self.device.type == "cuda" else GROUPED_SDPA
@@ -161,8 +129,6 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
             getattr(base.config, "max_position_embeddings", 4096))
         self.shared_prefix_training = shared_prefix_training
         self._fused = FusedLoRASampler.of(self.model) if fused_sampling else None
-        self._sampler = KVCacheSampler(self.device, self.pad_id, self._prefix_cache,
-                                       prefix_caching)
         self.eval_mode()
 
     @classmethod
@@ -195,17 +161,11 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
 
     @property
     def prefix_caching(self) -> bool:
-        return self._sampler.prefix_caching
-
-    @prefix_caching.setter
-    def prefix_caching(self, on: bool) -> None:
-        self._sampler.prefix_caching = on
-
-    def mark_updated(self) -> None:
-        self.set_policy_version(self.policy_version + 1)
+        """Whether a turn's keys and values are kept for the next (the KV-cache sampler's)."""
+        return isinstance(self._sampler, KVCacheSampler) and self._sampler.prefix_caching
 
     def set_policy_version(self, version: int) -> None:
-        self._prefix_cache.clear()  # cached keys and values are of the old weights
+        self._sampler.weights_changed()
         super().set_policy_version(version)
 
     def end_of_turn_ids(self) -> tuple[int, ...]:
@@ -238,79 +198,21 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         if self._fused is None:
             return self.model
         if self._fused.refresh():
-            self._prefix_cache.clear()  # cached keys and values are of the old weights
+            self._sampler.weights_changed()
         return self._fused.model
 
     # ---- TrainableLanguageModel ----------------------------------------------------
     def score(self, batch: TokenBatch, *, temperature: float = 1.0, with_adapter: bool = True,
               with_entropy: bool = False) -> ScoredTokens:
-        input_ids = batch.input_ids.to(self.device)
-        target_mask = batch.loss_mask.to(self.device)[:, 1:] > 0
-        base = self.model.get_base_model()
-        adapter = nullcontext() if with_adapter else self.model.disable_adapter()
-        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16,
-                                  enabled=self.training_autocast == "bfloat16")
-        packed = self._packed(batch) if self.shared_prefix_training else None
-        with adapter, autocast:
-            if packed is None:
-                hidden = base.get_decoder()(
-                    input_ids=input_ids,
-                    attention_mask=batch.attention_mask.to(self.device)).last_hidden_state
-                # hidden state t predicts token t + 1: score only positions the loss needs
-                selected = hidden[:, :-1][target_mask]
-            else:
-                hidden = base.get_decoder()(
-                    input_ids=packed.input_ids.to(self.device),
-                    attention_mask=packed.attention.to(self.device),
-                    position_ids=packed.position_ids.to(self.device)).last_hidden_state
-                rows, positions = target_mask.nonzero(as_tuple=True)
-                pack_index, columns = packed.locate(rows.cpu(), positions.cpu())
-                selected = hidden[pack_index.to(self.device), columns.to(self.device)]
-        targets = input_ids[:, 1:][target_mask]
-        head = base.get_output_embeddings()
-        scale = 1.0 / (temperature if temperature > 0 else 1.0)
-
-        def chunk_scores(h: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            with torch.autocast(self.device.type, dtype=torch.bfloat16,
-                                enabled=self.training_autocast == "bfloat16"):
-                logits = head(h)
-            log_probs = torch.log_softmax(logits.float() * scale, dim=-1)
-            token_logprobs = log_probs.gather(-1, t[:, None]).squeeze(-1)
-            entropy = -(log_probs.exp() * log_probs).sum(-1) if with_entropy else token_logprobs
-            return token_logprobs, entropy
-
-        pieces = []
-        for start in range(0, selected.shape[0], LOGIT_CHUNK):
-            h, t = selected[start:start + LOGIT_CHUNK], targets[start:start + LOGIT_CHUNK]
-            # recomputing the chunk in backward keeps only hidden states, not vocab-wide logits
-            pieces.append(checkpoint(chunk_scores, h, t, use_reentrant=False)
-                          if torch.is_grad_enabled() else chunk_scores(h, t))
-        flat_logprobs = torch.cat([p[0] for p in pieces]) if pieces else selected.new_zeros(0)
-        logprobs = torch.zeros(input_ids.shape, dtype=torch.float32, device=self.device)
-        logprobs[:, 1:][target_mask] = flat_logprobs.float()
-        entropy = None
-        if with_entropy:
-            entropy = torch.zeros_like(logprobs)
-            entropy[:, 1:][target_mask] = torch.cat([p[1] for p in pieces]).float()
-        return ScoredTokens(logprobs=logprobs, entropy=entropy)
+        return score_tokens(self.model, batch, device=self.device, pad_id=self.pad_id,
+                            temperature=temperature, with_adapter=with_adapter,
+                            with_entropy=with_entropy,
+                            bfloat16_autocast=self.training_autocast == "bfloat16",
+                            pack_shared_prefixes=self.shared_prefix_training)
 
     @property
     def packs_shared_prefixes(self) -> bool:
         return self.shared_prefix_training
-
-    def _packed(self, batch: TokenBatch) -> PackedBatch | None:
-        """The rows packed by shared prefix, or None where nothing is shared (or the rows
-        are not right-padded, which packing assumes)."""
-        attention = batch.attention_mask
-        lengths = attention.sum(-1).tolist()
-        if not all(bool(attention[row, :length].all()) for row, length in enumerate(lengths)):
-            return None
-        sequences = [batch.input_ids[row, :length].tolist()
-                     for row, length in enumerate(lengths)]
-        packs = plan_packs(sequences)
-        if all(len(pack.rows) == 1 for pack in packs):
-            return None
-        return pack_rows(batch.input_ids, lengths, packs, self.pad_id)
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [parameter for parameter in self.model.parameters() if parameter.requires_grad]
@@ -360,7 +262,7 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel):
         self.set_policy_version(version)
 
     def train_mode(self) -> None:
-        self._prefix_cache.clear()  # the weights are about to change
+        self._sampler.weights_changed()  # the weights are about to change
         self.model.train()
 
     def eval_mode(self) -> None:

@@ -1,12 +1,11 @@
 """A pool of inference engines, one per Ray actor, behind the LanguageModel interface
-(`RolloutPool`: how the pool syncs, places and replaces its engines)."""
+(`RolloutPool`: how the pool syncs, places and replaces its engines). Which class an
+`engine` names is engine_names.py's; which engine a prompt goes to, prompt_routing.py's."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import logging
-import math
 import tempfile
 import time
 from collections.abc import Sequence
@@ -15,66 +14,24 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import GetCoreSchemaHandler
-from pydantic_core import core_schema
 
 from src.language_models.language_model import (
     EnginePlacement,
     Generation,
-    InferenceEngine,
     LanguageModel,
     SamplingParams,
     TrainableLanguageModel,
 )
 from src.language_models.rollout_pool.cluster import all_gpus, connect_ray, gpus_of
 from src.language_models.rollout_pool.engine_actor import EngineActor
+from src.language_models.rollout_pool.engine_names import EngineName, engine_class
+from src.language_models.rollout_pool.prompt_routing import PromptRouter
 
 logger = logging.getLogger(__name__)
 
 # A fixed chat whose log-probs the engines must reproduce after each sync.
 PROBE_CHAT = [{"role": "user", "content": "What is 2 + 3? Put the answer in \\boxed{}."},
               {"role": "assistant", "content": "2 + 3 = 5, so the answer is \\boxed{5}."}]
-# The short names configs use for `engine`; any other engine is named by its dotted path.
-ENGINES: dict[str, str] = {
-    "hf": "src.language_models.instance.huggingface_lora_language_model"
-          ".HuggingfaceLoRALanguageModel",
-    "vllm": "src.language_models.instance.vllm_language_model.VLLMLanguageModel",
-}
-
-
-def engine_class(engine: str) -> type[InferenceEngine]:
-    """The engine class a short name from ENGINES or a dotted path 'package.module.Class'
-    names. Importing its module is cheap for the shipped engines: vLLM itself is imported
-    only when an engine is built."""
-    path = ENGINES.get(engine, engine)
-    module_name, _, name = path.rpartition(".")
-    if not module_name:
-        raise ValueError(f"engine '{engine}' is neither a short name ({', '.join(ENGINES)}) "
-                         "nor a dotted path 'package.module.Class'")
-    try:
-        found = getattr(importlib.import_module(module_name), name, None)
-    except ImportError as error:
-        raise ValueError(f"engine '{engine}': cannot import {module_name}: {error}") from error
-    if not (inspect.isclass(found) and issubclass(found, InferenceEngine)):
-        raise ValueError(f"engine '{engine}' names {found!r}, not an InferenceEngine subclass")
-    return found
-
-
-class EngineName(str):
-    """An `engine` value, checked when the config is read (before any weights load) by
-    importing the class it names. A str subclass rather than `Annotated[str, validator]`:
-    the config reads constructor hints without their `Annotated` metadata."""
-
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any,
-                                     handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
-        return core_schema.no_info_after_validator_function(cls._checked,
-                                                            core_schema.str_schema())
-
-    @staticmethod
-    def _checked(engine: str) -> str:
-        engine_class(engine)
-        return engine
 
 
 class EngineFailure(RuntimeError):
@@ -156,9 +113,7 @@ class RolloutPool(LanguageModel):
         self._adapter_files: Any = None  # object ref of the served adapter's files
         self._metrics: dict[str, float] = {}
         self._restarts = 0
-        # sequence -> engine that produced it: a later turn goes where its prefix is cached
-        self._affinity: dict[tuple[int, ...], int] = {}
-        self._affinity_lengths: set[int] = set()
+        self._router = PromptRouter(num_engines)  # a later turn goes where it is cached
         # Engines go on GPUs the trainer does not hold, or, colocated, on the trainer's
         # own GPU and no other (the one-GPU shape: vLLM beside the trainer).
         trainer_gpus = gpus_of(trainer.device)
@@ -277,7 +232,7 @@ class RolloutPool(LanguageModel):
         self._sync_if_stale()
         params = replace(params, stop_token_ids=tuple(sorted(
             set(params.stop_token_ids) | set(self.end_of_turn_ids()))))
-        shares = self._assign(prompts)
+        shares = self._router.assign(prompts)
         # one seed per engine, from `seed` or else the global RNG: a seeded run samples the
         # same tokens, and a replaced engine repeats its request exactly
         generator = None if seed is None else torch.Generator().manual_seed(seed)
@@ -286,36 +241,14 @@ class RolloutPool(LanguageModel):
             {engine: ("generate", ([list(prompts[i]) for i in indices], params, seeds[engine]))
              for engine, indices in enumerate(shares) if indices})
         generations: list[list[Generation]] = [[] for _ in prompts]
-        self._affinity.clear()
-        self._affinity_lengths.clear()
+        produced: dict[tuple[int, ...], int] = {}
         for engine, indices in enumerate(shares):
             for index, samples in zip(indices, results.get(engine, []), strict=True):
                 generations[index] = samples
-                for sample in samples:
-                    sequence = (*prompts[index], *sample.token_ids)
-                    self._affinity[sequence] = engine
-                    self._affinity_lengths.add(len(sequence))
+                produced.update({(*prompts[index], *sample.token_ids): engine
+                                 for sample in samples})
+        self._router.remember(produced)
         return generations
-
-    def _assign(self, prompts: Sequence[Sequence[int]]) -> list[list[int]]:
-        """Prompt indices per engine: a prompt that continues a sequence an engine produced
-        goes back to it (its prefix cache holds that sequence) while that engine has room;
-        the rest fill the least loaded engines. Loads stay within one prompt of even."""
-        capacity = math.ceil(len(prompts) / self.num_engines)
-        shares: list[list[int]] = [[] for _ in range(self.num_engines)]
-        unplaced: list[int] = []
-        for index, prompt in enumerate(prompts):
-            engine = next((self._affinity[key] for length in sorted(self._affinity_lengths,
-                                                                     reverse=True)
-                           if length <= len(prompt)
-                           and (key := tuple(prompt[:length])) in self._affinity), None)
-            if engine is not None and len(shares[engine]) < capacity:
-                shares[engine].append(index)
-            else:
-                unplaced.append(index)
-        for index in unplaced:
-            min(shares, key=len).append(index)
-        return shares
 
     def _call_engines(self, calls: dict[int, tuple[str, tuple]]) -> dict[int, Any]:
         """Run `method(*arguments)` on each engine; replace failed engines and call again."""

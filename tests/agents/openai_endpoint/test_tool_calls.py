@@ -172,8 +172,8 @@ def test_tool_calls_round_trip_token_exact_with_scripted_model(scripted) -> None
         "a": 2, "b": 3}
     assert last["finish_reason"] == "stop" and last["message"]["content"] == "The answer is 5."
     assert last["message"]["tool_calls"] is None
-    assert episode.info["metric/tool_calls"] == 3.0
-    assert episode.info["metric/malformed_tool_calls"] == 0.0
+    assert episode.metrics["tool_calls"] == 3.0
+    assert episode.metrics["malformed_tool_calls"] == 0.0
 
     # every prompt extends the previous prompt and completion; the trajectory is the last
     fed: list[int] = []
@@ -198,8 +198,8 @@ def test_a_tool_call_sent_back_changed_breaks_the_prefix_with_scripted_model(scr
     model = scripted([CALL, "6"])
     episode = roll_out(model, "call_editing_agent")
     assert episode.status is EpisodeStatus.AGENT_ERROR
-    assert episode.info["metric/prefix_broken"] == 1.0
-    assert "call 2 does not extend call 1" in episode.info["agent_error"]
+    assert episode.metrics["prefix_broken"] == 1.0
+    assert "call 2 does not extend call 1" in episode.error
 
 
 def test_a_malformed_tool_call_is_content_and_counted_with_scripted_model(scripted) -> None:
@@ -208,5 +208,5 @@ def test_a_malformed_tool_call_is_content_and_counted_with_scripted_model(script
     episode = roll_out(model, "calculator_agent")
     assert episode.status is EpisodeStatus.COMPLETED  # the reply is the episode's answer
     assert RESPONSES[0]["choices"][0]["finish_reason"] == "stop"
-    assert episode.info["metric/malformed_tool_calls"] == 1.0
-    assert episode.info["metric/tool_calls"] == 0.0
+    assert episode.metrics["malformed_tool_calls"] == 1.0
+    assert episode.metrics["tool_calls"] == 0.0

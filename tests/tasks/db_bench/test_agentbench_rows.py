@@ -20,7 +20,7 @@ import pytest
 
 from src.agents.instance.oracle_agent import OracleAgent
 from src.experiment.rollout import roll_out_lockstep
-from src.records.episode import EpisodeStatus, Outcome
+from src.records.episode import EpisodeStatus, Outcome, StepInfo
 from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill
 
 
@@ -60,7 +60,7 @@ NUMBER_COLUMN_UPDATE = agentbench_row(
     "UPDATE", "UPDATE game_results SET Score='5 - 3' WHERE Game=39")
 
 
-def solve(row: dict[str, Any], url: str, folder: Path) -> dict[str, Any]:
+def solve(row: dict[str, Any], url: str, folder: Path) -> StepInfo:
     """The final info of the oracle's episode, after checking that doing nothing fails."""
     path = folder / "rows.jsonl"
     path.write_text(json.dumps(row) + "\n", encoding="utf-8")
@@ -94,7 +94,7 @@ def test_column_named_with_a_percent_sign(backend: str, sandbox_url: str,
                                           tmp_path: Path) -> None:
     info = solve(PERCENT_COLUMN_UPDATE, sandbox_url, tmp_path)
     if backend == "mysql":
-        assert re.fullmatch(r"[0-9a-f]{32}", info["table_md5"] or "")
+        assert re.fullmatch(r"[0-9a-f]{32}", info["extras"]["table_md5"] or "")
 
 
 def test_update_comparing_a_column_of_numbers_with_a_number(sandbox_url: str,
@@ -118,5 +118,5 @@ def test_a_row_whose_reference_sql_still_fails_is_one_failed_episode(
     episodes = roll_out_lockstep(samples, task, OracleAgent(), batch_index=0, seeds=[0, 1, 2, 3])
     assert [e.status for e in episodes] == [EpisodeStatus.TASK_ERROR] * 2 + [
         EpisodeStatus.COMPLETED] * 2
-    assert all("rows-0001" in e.info["task_error"] for e in episodes[:2])
+    assert all("rows-0001" in e.error for e in episodes[:2])
     assert [e.outcome for e in episodes[2:]] == [Outcome.CORRECT] * 2

@@ -101,7 +101,7 @@ def record(row: str, backend: str, episodes: Sequence[Episode]) -> int:
 def test_oracle_solves_every_generated_skill(backend: str, sandbox_url: str) -> None:
     samples = generated_samples(sandbox_url, GENERATED_PER_SKILL[backend])
     episodes = roll(DBBenchSingleSkill(sandbox={"url": sandbox_url}), samples, OracleAgent())
-    failed = [(e.sample.sample_id, e.sample.category, e.status, e.info.get("task_error"))
+    failed = [(e.sample.sample_id, e.sample.category, e.status, e.error)
               for e in episodes if e.outcome is not Outcome.CORRECT]
     for skill in SKILLS:
         record(f"generated: {skill}", backend,
@@ -109,7 +109,7 @@ def test_oracle_solves_every_generated_skill(backend: str, sandbox_url: str) -> 
     record("generated: all 22 skills", backend, episodes)
     assert not failed
     for episode in episodes:
-        assert episode.info[f"metric/skill/{episode.sample.category}"] == 1.0
+        assert episode.metrics[f"skill/{episode.sample.category}"] == 1.0
         assert episode.reward == 1.0
 
 
@@ -124,11 +124,11 @@ def test_oracle_on_agentbench_dev_rows(backend: str, sandbox_url: str,
                [e for e in episodes if e.sample.data["kind"] == kind])
     correct = record("AgentBench dev: all rows", backend, episodes)
     assert correct / len(episodes) >= 0.98, [
-        (e.sample.sample_id, e.status, e.info.get("task_error")) for e in episodes
+        (e.sample.sample_id, e.status, e.error) for e in episodes
         if e.outcome is not Outcome.CORRECT]
     if backend == "mysql":  # AgentBench's own verdict: the table hash after the episode
-        matches = [e.info["metric/agentbench_md5_match"] for e in episodes
-                   if "metric/agentbench_md5_match" in e.info]
+        matches = [e.metrics["agentbench_md5_match"] for e in episodes
+                   if "agentbench_md5_match" in e.metrics]
         RESULTS[("AgentBench dev: md5 = answer_md5", backend)] = (int(sum(matches)),
                                                                    len(matches))
         assert len(matches) == 40 and sum(matches) / len(matches) >= 0.98

@@ -47,7 +47,7 @@ def test_malformed_reply_ends_the_episode_as_incorrect(name: str) -> None:
     observation, reward, terminated, truncated, info = environment.step(MALFORMED[name])
     assert (observation, reward, terminated, truncated) == ("", -0.1, True, False)
     assert info["outcome"] is Outcome.INCORRECT
-    assert info["metric/format_error"] == 1.0 and info["metric/skill/select"] == 0.0
+    assert info["metrics"]["format_error"] == 1.0 and info["metrics"]["skill/select"] == 0.0
     environment.close()
 
 

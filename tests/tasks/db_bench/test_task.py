@@ -30,7 +30,7 @@ def test_first_message_and_an_episode() -> None:
         f"Action: Operation\n```sql\n{problem.reference_sql}\n```")
     assert observation.startswith("[(") and not terminated and not truncated
     *_, info = environment.step(environment.oracle_reply())
-    assert info["outcome"] is Outcome.CORRECT and info["metric/correct"] == 1.0
+    assert info["outcome"] is Outcome.CORRECT and info["metrics"]["correct"] == 1.0
     environment.close()
 
 
@@ -62,7 +62,7 @@ def test_round_limit(skill: str, setting: str, outcome: Outcome, reward: float) 
         f"Action: Operation\n```sql\n{problem.reference_sql}\n```")
     assert (terminated, truncated) == (False, True)
     assert (info["outcome"], step_reward) == (outcome, reward)
-    assert info["metric/round_limit"] == 1.0
+    assert info["metrics"]["round_limit"] == 1.0
     environment.close()
 
 

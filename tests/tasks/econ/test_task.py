@@ -28,9 +28,9 @@ def run(task: EconDecisionTask, sample_id: str, replies: list[str]) -> Episode:
         episode.add_message(Role.AGENT, reply)
         observation, reward, terminated, _, info = environment.step(reply)
         episode.reward += reward
-        episode.status = EpisodeStatus(info.pop("status"))
-        episode.outcome = Outcome(info.pop("outcome"))
-        episode.info.update(info)
+        episode.status, episode.outcome = info["status"], info["outcome"]
+        episode.metrics.update(info["metrics"])
+        episode.info.update(info["extras"])
         if terminated:
             break
         episode.add_message(Role.USER, observation)
@@ -70,18 +70,18 @@ def test_format_failure_scores_minus_one_with_metrics() -> None:
     episode = run(EconDecisionTask(**SMALL), "train-000001", ["I will work hard."])
     assert episode.reward == -1.0 and episode.outcome is Outcome.INCORRECT
     assert episode.status is EpisodeStatus.COMPLETED
-    assert episode.info["metric/json_parse_success"] == 0.0
-    assert episode.info["metric/format_failure"] == 1.0
-    assert "metric/work" not in episode.info  # decision means cover parsed replies only
+    assert episode.metrics["json_parse_success"] == 0.0
+    assert episode.metrics["format_failure"] == 1.0
+    assert "work" not in episode.metrics  # decision means cover parsed replies only
 
 
 def test_parsed_reply_metrics() -> None:
     episode = run(EconDecisionTask(**SMALL), "train-000001", ['{"work": 0.4, "consumption": 0.2}'])
     assert -1.0 < episode.reward < 1.0
-    info = episode.info
-    assert (info["metric/json_parse_success"], info["metric/format_failure"]) == (1.0, 0.0)
-    assert (info["metric/work"], info["metric/consumption"]) == (0.4, 0.2)
-    assert info["metric/valid_reward"] == episode.reward
+    metrics = episode.metrics
+    assert (metrics["json_parse_success"], metrics["format_failure"]) == (1.0, 0.0)
+    assert (metrics["work"], metrics["consumption"]) == (0.4, 0.2)
+    assert metrics["valid_reward"] == episode.reward
 
 
 def test_oracle_beats_constant_actions_on_average() -> None:
@@ -92,7 +92,7 @@ def test_oracle_beats_constant_actions_on_average() -> None:
         environment = task.new_episode()
         environment.reset(options={"sample_id": sample_id})
         episode = run(task, sample_id, [environment.oracle_reply()])
-        assert episode.outcome is Outcome.CORRECT and episode.info["metric/reward_vs_rule"] == 0
+        assert episode.outcome is Outcome.CORRECT and episode.metrics["reward_vs_rule"] == 0
         oracle.append(episode.reward)
     for silly in ('{"work": 0.5, "consumption": 0.5}', '{"work": 0.0, "consumption": 1.0}',
                   '{"work": 1.0, "consumption": 0.0}'):
@@ -109,8 +109,8 @@ def test_several_households_are_asked_in_turn() -> None:
         replies.append(environment.oracle_reply())
         _, _, terminated, truncated, info = environment.step(replies[-1])
         assert not truncated
-    assert terminated and len(info["econ/decisions"]) == 3
-    assert len({d["household"] for d in info["econ/decisions"]}) == 3
+    assert terminated and len(info["extras"]["econ/decisions"]) == 3
+    assert len({d["household"] for d in info["extras"]["econ/decisions"]}) == 3
     failed = run(task, "train-000002", [replies[0], "{}"])
     assert failed.reward == -1.0 and len(failed.chat) == 4  # ended at the second reply
 
@@ -126,7 +126,8 @@ def test_few_shot_memory_fills_from_training_groups_only() -> None:
     group = [run(task, "train-000000", [reply])
              for reply in ('{"work": 1, "consumption": 0.2}', '{"work": 1, "consumption": 0.2}',
                            '{"work": 0, "consumption": 0.9}')]
-    task.score_group(group)
+    scores = task.score_group(group)
+    assert [score.reward for score in scores] == [episode.reward for episode in group]
     assert len(task.memory) == 3
     task.score_group([run(task, "validation-000000", ['{"work": 1, "consumption": 0.2}'])])
     assert len(task.memory) == 3

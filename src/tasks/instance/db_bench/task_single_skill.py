@@ -18,17 +18,19 @@ Grading and rewards (`reward_correct` +1.0, `reward_incorrect` -0.1, `reward_tim
 - A modification (INSERT/UPDATE/DELETE) ignores the answer text: the table after the
   episode must hold the same rows as a fresh copy after the reference SQL, on the same
   server. On MySQL/MariaDB AgentBench's md5 table hash is computed too (info
-  `table_md5`; `metric/agentbench_md5_match` where the data gives the benchmark's hash).
+  `table_md5`; metric `agentbench_md5_match` where the data gives the benchmark's hash).
 - A malformed reply (no action, no or an empty ```sql block, no `Final Answer:` line) ends
   the episode INCORRECT with `reward_incorrect` (AgentBench's rules: "judged as FAIL
-  immediately"); `metric/format_error` counts them.
+  immediately"); the metric `format_error` counts them.
 - At the round limit (`max_round` replies, none an answer) a query is INCORRECT with
   `reward_timeout`. A modification whose table is already right is, by default
   (`modification_correct_at_round_limit: correct`), CORRECT with `reward_correct`: the
   table is what is graded, as in LifelongAgentBench; with `timeout` it is INCORRECT with
   `reward_timeout` like any other episode cut off by the limit.
-Each episode's last step reports `metric/correct` and `metric/skill/<skill>` (1 or 0), so
-that their means are the success rates overall and per skill.
+Each episode's last step reports the metrics `correct` and `skill/<skill>` (1 or 0), so
+that their means are the success rates overall and per skill. The reward is one of the
+three settings, picked by the episode's verdict (the answer against the server's result,
+or the table after every round): not a weighted sum of terms of one reply, so no `Rubric`.
 
 `DBBenchSingleSkill` is the family (the problem source, the settings); `DBBenchEpisode` is
 one episode, owning its sandbox from reset until the episode ends or it is closed.
@@ -303,20 +305,21 @@ class DBBenchEpisode(EpisodeEnv[DBBenchSingleSkill]):
                    and self._table_correct())
         self._limit_result = ((Outcome.CORRECT, self.family.reward_correct) if correct
                               else (Outcome.INCORRECT, self.family.reward_timeout))
-        info = self._final_info(correct, round_limit=True)
+        metrics, info = self._final_figures(correct, round_limit=True)
         self._end_episode()
-        return StepOutcome(observation=observation, info=info)
+        return StepOutcome(observation=observation, metrics=metrics, info=info)
 
     def _at_round_limit(self) -> tuple[Outcome, float]:
         return self._limit_result
 
     def _finish(self, correct: bool, format_error: bool = False) -> StepOutcome:
-        info = self._final_info(correct, format_error=format_error)
+        metrics, info = self._final_figures(correct, format_error=format_error)
         self._end_episode()
         family = self.family
         return StepOutcome(observation="", terminated=True,
                            reward=family.reward_correct if correct else family.reward_incorrect,
-                           outcome=Outcome.CORRECT if correct else Outcome.INCORRECT, info=info)
+                           outcome=Outcome.CORRECT if correct else Outcome.INCORRECT,
+                           metrics=metrics, info=info)
 
     def _graded(self, answer_text: str) -> bool:
         state = self._current()
@@ -329,23 +332,25 @@ class DBBenchEpisode(EpisodeEnv[DBBenchSingleSkill]):
         state = self._current()
         return tables_match(state.sandbox.table_rows(), state.reference_rows)
 
-    def _final_info(self, correct: bool, format_error: bool = False,
-                    round_limit: bool = False) -> dict[str, Any]:
+    def _final_figures(self, correct: bool, format_error: bool = False,
+                       round_limit: bool = False) -> tuple[dict[str, float], dict[str, Any]]:
+        """The metrics and info of the episode's last step."""
         state = self._current()
-        info: dict[str, Any] = {
-            "metric/correct": float(correct),
-            "metric/format_error": float(format_error),
-            "metric/round_limit": float(round_limit),
-            "metric/sql_errors": float(state.sql_errors),
+        metrics = {
+            "correct": float(correct),
+            "format_error": float(format_error),
+            "round_limit": float(round_limit),
+            "sql_errors": float(state.sql_errors),
         }
         for skill in state.problem.skills:
-            info[f"metric/skill/{skill}"] = float(correct)
+            metrics[f"skill/{skill}"] = float(correct)
+        info: dict[str, Any] = {}
         if state.problem.kind is ProblemKind.MODIFICATION and state.sandbox.dialect == "mysql":
             info["table_md5"] = state.sandbox.table_md5()
             if state.problem.answer_md5 is not None:
-                info["metric/agentbench_md5_match"] = float(
+                metrics["agentbench_md5_match"] = float(
                     info["table_md5"] == state.problem.answer_md5)
-        return info
+        return metrics, info
 
     def _oracle_reply(self) -> str:
         """The expert: runs the reference SQL, then answers (a query with the values it

@@ -6,12 +6,14 @@ several, the episode asks for each in turn). The reply is `{"work": x, "consumpt
 (`reply_parser`); the month is then stepped with the sample's own draws, the other
 households on the rule policy, and the reward is the household's expected value of the
 month (`reward`; the mean over the households). A format failure scores -1.0. An episode
-is CORRECT when its reward is at least the rule policy's.
+is CORRECT when its reward is at least the rule policy's. The reward is one value of the
+simulated month (with several households, of the replies of every round), or the format
+failure's in its place: not a weighted sum of terms of one reply, so no `Rubric`.
 
-Metrics (`metric/<name>`, averaged per batch): `json_parse_success`, `format_failure`
-(the share of -1.0 rewards), `work` and `consumption` (the mean decision of an episode,
-parsed replies only), `valid_reward` (the reward of parsed replies) and `reward_vs_rule`.
-Their standard deviations come from the per-episode values in runs.jsonl (`info`).
+Metrics (averaged per batch): `json_parse_success`, `format_failure` (the share of -1.0
+rewards), `work` and `consumption` (the mean decision of an episode, parsed replies only),
+`valid_reward` (the reward of parsed replies) and `reward_vs_rule`. Their standard
+deviations come from the per-episode values in runs.jsonl (`metrics`).
 
 With `show_cash_on_hand`, the prompt also states the money the month leaves the household
 if it works and if it does not, in dollars and in goods at today's price: the quantity the
@@ -41,11 +43,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
 from src.records.episode import Episode, Outcome, Sample
+from src.storage.state import Stateful
 from src.tasks.instance.econ import planner
 from src.tasks.instance.econ.baseline_run import rule_economy_states
 from src.tasks.instance.econ.memory import (
@@ -74,6 +77,7 @@ from src.tasks.instance.econ.utility import UtilityParameters
 from src.tasks.task import (
     SPLITS,
     EpisodeEnv,
+    EpisodeScore,
     StepOutcome,
     Task,
     parse_split_sample_id,
@@ -89,7 +93,7 @@ SKILL_BANDS = ((0.0, "low_skill"), (40.0, "middle_skill"), (150.0, "high_skill")
 ECONOMIES_CACHED = 32
 
 
-class EconDecisionTask(Task["EconEpisode"]):
+class EconDecisionTask(Task["EconEpisode"], Stateful):
     """One household's monthly work and consumption decision in a seeded EconAgent economy
     whose households have followed the rule policy so far, answered as strict JSON
     `{"work": x, "consumption": y}`. The reward is the household's expected utility of
@@ -229,10 +233,12 @@ class EconDecisionTask(Task["EconEpisode"]):
         return household_prompt(population, state, household, examples,
                                 show_cash_on_hand=self.show_cash_on_hand, outlook=outlook)
 
-    def _score_group(self, episodes: Sequence[Episode]) -> None:
-        """Remember the group's parsed training decisions for later prompts."""
+    def _score_group(self, episodes: Sequence[Episode]) -> list[EpisodeScore]:
+        """Remember the group's parsed training decisions for later prompts; the rewards
+        stay as they are."""
+        scores = super()._score_group(episodes)
         if self.memory is None:
-            return
+            return scores
         for episode in episodes:
             decisions = episode.info.get("econ/decisions")
             if parse_split_sample_id(episode.sample.sample_id)[0] != "train" or decisions is None:
@@ -245,10 +251,11 @@ class EconDecisionTask(Task["EconEpisode"]):
                                                 state.price, state.last_redistribution),
                     situation=situation(state, household), work=decision["work"],
                     consumption=decision["consumption"],
-                    advantage=episode.info["metric/reward_vs_rule"]))
+                    advantage=episode.metrics["reward_vs_rule"]))
+        return scores
 
     @property
-    def learns_from_episodes(self) -> bool:
+    def keeps_state(self) -> bool:
         return self.memory is not None
 
     def save_state(self, directory: Path) -> None:
@@ -292,9 +299,8 @@ class EconEpisode(EpisodeEnv[EconDecisionTask]):
         if isinstance(parsed, FormatFailure):
             return StepOutcome(observation="", reward=FORMAT_FAILURE_REWARD, terminated=True,
                                outcome=Outcome.INCORRECT,
-                               info={"metric/json_parse_success": 0.0,
-                                     "metric/format_failure": 1.0,
-                                     "econ/format_error": parsed.reason})
+                               metrics={"json_parse_success": 0.0, "format_failure": 1.0},
+                               info={"econ/format_error": parsed.reason})
         self._decisions.append(parsed)
         if len(self._decisions) < len(self._households):
             return StepOutcome(observation=self._prompt(self._households[len(self._decisions)]))
@@ -310,19 +316,19 @@ class EconEpisode(EpisodeEnv[EconDecisionTask]):
                                          utility).mean())
         rule_reward = float(household_rewards(self._state, self._draws, self._rule,
                                               self._households, utility).mean())
-        info: dict[str, Any] = {
-            "metric/json_parse_success": 1.0,
-            "metric/format_failure": 0.0,
-            "metric/work": float(np.mean([d.work for d in self._decisions])),
-            "metric/consumption": float(np.mean([d.consumption for d in self._decisions])),
-            "metric/valid_reward": reward,
-            "metric/reward_vs_rule": reward - rule_reward,
-            "econ/decisions": [{"household": h, "work": d.work, "consumption": d.consumption}
-                               for h, d in zip(self._households, self._decisions, strict=True)],
+        metrics = {
+            "json_parse_success": 1.0,
+            "format_failure": 0.0,
+            "work": float(np.mean([d.work for d in self._decisions])),
+            "consumption": float(np.mean([d.consumption for d in self._decisions])),
+            "valid_reward": reward,
+            "reward_vs_rule": reward - rule_reward,
         }
+        decisions = [{"household": h, "work": d.work, "consumption": d.consumption}
+                     for h, d in zip(self._households, self._decisions, strict=True)]
         return StepOutcome(observation="", reward=reward, terminated=True,
                            outcome=Outcome.CORRECT if reward >= rule_reward else Outcome.INCORRECT,
-                           info=info)
+                           metrics=metrics, info={"econ/decisions": decisions})
 
     def _oracle_reply(self) -> str:
         assert self._rule is not None and self.sample is not None

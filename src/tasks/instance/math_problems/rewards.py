@@ -1,22 +1,25 @@
 """Math reward functions (open-r1 / Fast-Math-R1), each a small named function.
 
-Text rewards look at one completion and the gold answer. `cosine` also needs the
-completion's length in tokens, and `length` (Kimi 1.5) the lengths of the whole group,
-so the task applies those two once a group has finished. The task combines them with
-weights (`reward_weights` in the config) and can z-normalise the sum per prompt.
+Text rewards look at one reply (and the gold answer): reward functions of a `Rubric`,
+which `text_rubric` weighs with `reward_weights` from the config. `cosine` also needs the
+reply's length in tokens, and `length` (Kimi 1.5) the lengths of the whole group, so the
+task adds those two, with their weights, once a group has finished, and can z-normalise
+the sum per prompt.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from src.maths.groups import group_zscore
 from src.tasks.instance.math_problems.verification import verify_bounded
+from src.tasks.instance.math_problems.verl_reward import CUSTOM
+from src.tasks.rubric import RewardFunction, Rubric
 
 _BOXED = re.compile(r"\\boxed\{")
 _NUMBER = re.compile(r"^\s*-?\d+(?:\.\d+)?\s*$")
@@ -51,25 +54,25 @@ def is_correct(completion: str, gold: str) -> bool:
     return verify_bounded(gold, boxed)
 
 
-def accuracy(completion: str, gold: str) -> float:
-    return 1.0 if is_correct(completion, gold) else 0.0
+def accuracy(reply: str, answer: str) -> float:
+    return 1.0 if is_correct(reply, answer) else 0.0
 
 
-def boxed_number(completion: str, gold: str) -> float:
+def boxed_number(reply: str) -> float:
     """1.0 for a well-formed numeric boxed answer, right or wrong (a small format credit)."""
-    boxed = last_boxed_content(answer_part(completion))
+    boxed = last_boxed_content(answer_part(reply))
     return 1.0 if boxed is not None and _NUMBER.match(boxed) else 0.0
 
 
-def boxed_answer(completion: str, gold: str) -> float:
+def boxed_answer(reply: str) -> float:
     """1.0 if the answer part holds a non-empty `\\boxed{}` (the format rate of evaluation)."""
-    boxed = last_boxed_content(answer_part(completion))
+    boxed = last_boxed_content(answer_part(reply))
     return 1.0 if boxed is not None and boxed.strip() else 0.0
 
 
-def format2(completion: str, gold: str) -> float:
+def format2(reply: str) -> float:
     """Fast-Math-R1's format reward: a boxed answer before `</think>`."""
-    head, separator, _ = completion.partition("</think>")
+    head, separator, _ = reply.partition("</think>")
     return 1.0 if separator and last_boxed_content(head) is not None else 0.0
 
 
@@ -121,10 +124,25 @@ def z_normalise(values: Sequence[float]) -> list[float]:
     return group_zscore(rewards, torch.zeros(len(values), dtype=torch.long)).tolist()
 
 
-TEXT_REWARDS: dict[str, Callable[[str, str], float]] = {
+TEXT_REWARDS: dict[str, RewardFunction] = {
     "accuracy": accuracy,
     "boxed_number": boxed_number,
     "boxed_answer": boxed_answer,
     "format2": format2,
 }
 GROUP_REWARDS = ("cosine", "length")  # need token lengths, and for `length` the group
+# Reported whatever the weights: the outcome's correctness and the format rate.
+ALWAYS_REPORTED = ("accuracy", "boxed_answer")
+
+
+def text_rubric(reward_weights: Mapping[str, float], custom: RewardFunction | None) -> Rubric:
+    """The rubric of one reply: the text rewards and `custom` that `reward_weights` names,
+    in its order (so the weighted sum adds them in that order), then those of
+    `ALWAYS_REPORTED` it leaves out, at weight 0 (adding 0.0 leaves the sum as it was).
+    The functions are the task's own: a failure raises (`catch_errors=False`)."""
+    functions = TEXT_REWARDS | ({CUSTOM: custom} if custom is not None else {})
+    weighted = [name for name in reward_weights if name in functions]
+    reported = [name for name in ALWAYS_REPORTED if name not in weighted]
+    return Rubric([functions[name] for name in weighted + reported],
+                  [reward_weights[name] for name in weighted] + [0.0] * len(reported),
+                  catch_errors=False)

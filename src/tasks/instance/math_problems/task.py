@@ -1,14 +1,15 @@
 """Math problems: a question, an answer in `\\boxed{}`, scored by weighted reward functions.
 
-`MathProblemsTask` is the family (the problems, the reward settings, the group rewards);
-`MathEpisode` is one episode. With `max_round` > 1 a wrong answer earns a short feedback
-message and another try (a multi-turn episode); the reward is that of the last answer.
+`MathProblemsTask` is the family (the problems, the rubric of one reply's rewards, the
+group rewards); `MathEpisode` is one episode. With `max_round` > 1 a wrong answer earns a
+short feedback message and another try (a multi-turn episode); the reward is that of the
+last answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 from src.records.chat import Role
 from src.records.episode import Episode, Outcome, Sample
@@ -22,16 +23,19 @@ from src.tasks.instance.math_problems.rewards import (
     TEXT_REWARDS,
     CosineScaling,
     length_rewards,
+    text_rubric,
     z_normalise,
 )
 from src.tasks.instance.math_problems.verification import start_verifier
 from src.tasks.instance.math_problems.verl_reward import (
+    CUSTOM,
     CustomRewardFunction,
+    custom_reward,
     load_compute_score,
-    read_score,
 )
 from src.tasks.task import (
     EpisodeEnv,
+    EpisodeScore,
     StepOutcome,
     Task,
     parse_split_sample_id,
@@ -41,7 +45,6 @@ from src.tasks.task import (
 _A, _B = WORKED_EXAMPLE_OPERANDS
 WORKED_EXAMPLE = (f"Example:\nQuestion: What is {_A} + {_B}?\nAnswer: {_A} + {_B} = {_A + _B}. "
                   f"The answer is \\boxed{{{_A + _B}}}.\n\n")
-CUSTOM = "custom"  # the reward name of a verl `custom_reward_function`
 
 
 class MathProblemsTask(Task["MathEpisode"]):
@@ -97,18 +100,22 @@ class MathProblemsTask(Task["MathEpisode"]):
         # model_validate also takes the plain dicts of direct Python construction
         self.cosine = CosineScaling.model_validate(cosine or {})
         self.normalize_rewards = normalize_rewards
-        self._compute_score = None
+        self.data_source = source if source != "file" else str(data_path)
+        custom = None
         if custom_reward_function is not None:
-            self._compute_score = load_compute_score(
-                CustomRewardFunction.model_validate(custom_reward_function))
+            custom = custom_reward(load_compute_score(
+                CustomRewardFunction.model_validate(custom_reward_function)), self.data_source)
             self.reward_weights.setdefault(CUSTOM, 1.0)
-        available = set(TEXT_REWARDS) | set(GROUP_REWARDS) | (
-            {CUSTOM} if self._compute_score else set())
+        available = set(TEXT_REWARDS) | set(GROUP_REWARDS) | ({CUSTOM} if custom else set())
         unknown = set(self.reward_weights) - available
         if unknown:
             raise ValueError(f"reward_weights: unknown reward functions {sorted(unknown)}; "
                              f"available: {sorted(available)}")
-        self.data_source = source if source != "file" else str(data_path)
+        self.rubric = text_rubric(self.reward_weights, custom)
+        # runs.jsonl lists one reply's rewards by name, `custom` (and its details) last,
+        # whatever order the weighted sum adds them in
+        self.reported_rewards = tuple(sorted(self.rubric.names,
+                                             key=lambda name: (name == CUSTOM, name)))
         self._rows: tuple[tuple[str, str], ...] = ()
         if source != "procedural":
             if data_path is None:
@@ -141,21 +148,7 @@ class MathProblemsTask(Task["MathEpisode"]):
         return MathEpisode(self)
 
     # ---- rewards -------------------------------------------------------------------
-    def text_scores(self, sample: Sample,
-                    completion: str) -> tuple[dict[str, float], dict[str, float]]:
-        """(reward values by name, extra metrics) of one completion of `sample`."""
-        gold = sample.data["answer"]
-        names = {"accuracy", "boxed_answer"} | (set(self.reward_weights) & set(TEXT_REWARDS))
-        scores = {name: TEXT_REWARDS[name](completion, gold) for name in sorted(names)}
-        extras: dict[str, float] = {}
-        if self._compute_score is not None:
-            extra_info: dict[str, Any] = {"sample_id": sample.sample_id,
-                                          "question": sample.data["question"]}
-            result = self._compute_score(self.data_source, completion, gold, extra_info)
-            scores[CUSTOM], extras = read_score(result, "custom_reward_function")
-        return scores, extras
-
-    def _score_group(self, episodes: Sequence[Episode]) -> None:
+    def _score_group(self, episodes: Sequence[Episode]) -> list[EpisodeScore]:
         """Add the length-aware rewards (`cosine`, `length`), then z-normalise if asked.
 
         Lengths are completion tokens as sampled (the agent's trajectory); an agent that
@@ -164,43 +157,49 @@ class MathProblemsTask(Task["MathEpisode"]):
         lengths = [episode.trajectory.completion_token_count if episode.trajectory
                    else sum(len(m.content) for m in episode.chat if m.role is Role.AGENT)
                    for episode in episodes]
-        correct = [episode.info.get("metric/accuracy", 0.0) > 0 for episode in episodes]
+        correct = [episode.metrics.get("accuracy", 0.0) > 0 for episode in episodes]
         added = {name: [0.0] * len(episodes) for name in GROUP_REWARDS
                  if name in self.reward_weights}
         if "cosine" in added:
             added["cosine"] = [self.cosine(c, n) for c, n in zip(correct, lengths, strict=True)]
         if "length" in added:
             added["length"] = length_rewards(correct, lengths)
+        scores = []
         for index, episode in enumerate(episodes):
-            for name, values in added.items():
-                episode.info[f"metric/{name}"] = values[index]
-                episode.reward += self.reward_weights[name] * values[index]
+            metrics = {name: values[index] for name, values in added.items()}
+            reward = episode.reward
+            for name, value in metrics.items():
+                reward += self.reward_weights[name] * value
+            scores.append(EpisodeScore(reward, metrics))
         if self.normalize_rewards:
-            for episode, value in zip(episodes, z_normalise([e.reward for e in episodes]),
-                                      strict=True):
-                episode.info["reward_before_normalisation"] = episode.reward
-                episode.reward = value
+            normalised = z_normalise([score.reward for score in scores])
+            scores = [EpisodeScore(value, score.metrics,
+                                   {"reward_before_normalisation": score.reward})
+                      for score, value in zip(scores, normalised, strict=True)]
+        return scores
 
 
 class MathEpisode(EpisodeEnv[MathProblemsTask]):
+    _prompt = ""
+
     def _reset(self, sample: Sample) -> str:
         family = self.family
         prefix = WORKED_EXAMPLE if family.worked_example else ""
-        return f"{prefix}Question: {sample.data['question']}\n{family.instruction}"
+        self._prompt = f"{prefix}Question: {sample.data['question']}\n{family.instruction}"
+        return self._prompt
 
     def _step(self, action: str) -> StepOutcome:
         assert self.sample is not None
         family = self.family
-        scores, extras = family.text_scores(self.sample, action)
-        correct = scores["accuracy"] > 0
-        reward = sum(weight * scores[name] for name, weight in family.reward_weights.items()
-                     if name in scores)
-        info: dict[str, Any] = {f"metric/{name}": value for name, value in scores.items()}
-        info.update({f"metric/{CUSTOM}/{key}": value for key, value in extras.items()})
+        scored = family.rubric.score(action, self.sample, self._prompt)
+        correct = scored.values["accuracy"] > 0
+        metrics = {name: scored.values[name] for name in family.reported_rewards}
+        metrics |= scored.details
         if not correct and self.round_index < family.max_round:
-            return StepOutcome(observation=family.retry_message, info=info)
-        return StepOutcome(observation="", reward=reward, terminated=True,
-                           outcome=Outcome.CORRECT if correct else Outcome.INCORRECT, info=info)
+            return StepOutcome(observation=family.retry_message, metrics=metrics)
+        return StepOutcome(observation="", reward=scored.score, terminated=True,
+                           outcome=Outcome.CORRECT if correct else Outcome.INCORRECT,
+                           metrics=metrics)
 
     def _oracle_reply(self) -> str:
         assert self.sample is not None

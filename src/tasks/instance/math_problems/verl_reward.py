@@ -3,16 +3,21 @@
 `custom_reward_function: {path, name}` names a Python file and a function
 `compute_score(data_source, solution_str, ground_truth, extra_info)` returning a float,
 or a dict whose "score" is the reward (its other numeric keys become metrics).
+`custom_reward` makes it the math rubric's `custom` reward function.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
+
+from src.tasks.rubric import DetailedReward, RewardFunction
+
+CUSTOM = "custom"  # the reward's name: that of the function `custom_reward` makes
 
 
 class CustomRewardFunction(BaseModel):
@@ -50,3 +55,17 @@ def read_score(result: Any, where: str) -> tuple[float, dict[str, float]]:
         return float(result), {}
     raise TypeError(f"{where} returned {type(result).__name__}; expected a float or a dict "
                     f"with 'score'")
+
+
+def custom_reward(compute_score: Callable[..., Any], data_source: str) -> RewardFunction:
+    """The reward function `custom`: `compute_score` called as verl calls it, its dict's
+    other numbers reported as `custom/<key>`."""
+
+    def custom(reply: str, answer: str, sample: Mapping[str, Any],
+               sample_id: str) -> DetailedReward:
+        extra_info: dict[str, Any] = {"sample_id": sample_id, "question": sample["question"]}
+        score, details = read_score(compute_score(data_source, reply, answer, extra_info),
+                                    "custom_reward_function")
+        return DetailedReward(score, details)
+
+    return custom

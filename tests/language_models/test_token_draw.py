@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from src.language_models.sampler import (
+from src.language_models.token_draw import (
     SAMPLING_BLOCK,
     sample_from_logits,
 )

@@ -23,7 +23,10 @@ kernels the project uses are deterministic already, and this mode changes no bit
 
 Each process that builds a model calls it: every pipeline before its models
 (`assignment_config.reproducible`, on by default), and the trainer workers of
-src/training/sharded_learner.py when the process that started them is in the mode.
+src/training/sharded_learner.py and a rollout pool's engine actors
+(src/language_models/rollout_pool/engine_actor.py) when the process that started them
+is in the mode. vLLM's own kernels are outside torch's switch: a vLLM engine is
+deterministic only as far as vLLM makes it.
 Deterministic kernels can be slower on CUDA (bench/gpu_check.sh times the step in the
 mode). Whether a seeded run repeats on a GPU is checked there too: bench/gpu_check.sh,
 docs/gpu.md.

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,12 +20,17 @@ from bench.gpu_reproducibility import RECIPE
 from src.configuration.errors import ConfigError
 from src.configuration.yaml_source import YamlSource
 from src.experiment.assembly import build_language_models
+from src.language_models.instance.huggingface_lora_language_model import (
+    HuggingfaceLoRALanguageModel,
+)
+from src.language_models.rollout_pool.engine_actor import EngineActor
 from src.offline_training.config import load_offline_config, plan_offline_training
 from src.offline_training.run import build_policy
 from src.runtime import reproducibility
 from src.supervised_training.config import load_supervised_config, plan_supervised_training
 from src.supervised_training.run import build_parts
 from tests.configuration.test_config_errors import VALID, plan, write
+from tests.conftest import PROJECT_ROOT
 from tests.run_folders import final_checkpoint, kill_after_commits, run_in_new_process
 from tests.supervised_training.test_supervised_run import write_config as supervised_config
 from tests.training.test_offline_trainer import write_config as offline_config
@@ -211,3 +218,35 @@ def test_a_run_killed_and_resumed_gives_the_bytes_of_an_uninterrupted_one(
 def test_on_the_cpu_the_mode_changes_no_bit(finished_run: Callable[..., Path]) -> None:
     assert_same_bytes(finished_run("cpu", "straight"),
                       finished_run("cpu", "without", reproducible=False))
+
+
+@pytest.mark.parametrize("reproducible", [True, False])
+def test_a_pool_engine_applies_the_mode_it_is_started_in(
+        tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch, reproducible: bool) -> None:
+    calls: list[bool] = []
+    monkeypatch.setattr("src.language_models.rollout_pool.engine_actor.make_reproducible",
+                        lambda: calls.append(True))
+    EngineActor(HuggingfaceLoRALanguageModel, {"model_name_or_path": str(tiny_model_path)},
+                num_threads=0, reproducible=reproducible)
+    assert calls == [True] * reproducible
+
+
+def test_adapter_files_are_the_same_bytes_whichever_process_writes_them(
+        tiny_model_path: Path, tmp_path: Path) -> None:
+    """`all-linear` resolves to a set of module names: written in hash order, a resumed
+    run's checkpoints would differ from an uninterrupted one's in adapter_config.json."""
+    script = ("import sys, torch\n"
+              "from src.language_models.instance.huggingface_lora_language_model import "
+              "HuggingfaceLoRALanguageModel\n"
+              "torch.manual_seed(0)\n"
+              "HuggingfaceLoRALanguageModel(sys.argv[1]).save_adapter(__import__('pathlib')"
+              ".Path(sys.argv[2]))\n")
+    written = []
+    for hash_seed in ("1", "2"):
+        folder = tmp_path / hash_seed
+        subprocess.run([sys.executable, "-c", script, str(tiny_model_path), str(folder)],
+                       check=True, cwd=PROJECT_ROOT,
+                       env={**os.environ, "PYTHONHASHSEED": hash_seed})
+        written.append(folder)
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        assert (written[0] / name).read_bytes() == (written[1] / name).read_bytes()

@@ -123,6 +123,11 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
             r=settings.r, lora_alpha=settings.lora_alpha, target_modules=settings.target_modules,
             lora_dropout=settings.lora_dropout, bias=settings.bias, task_type=settings.task_type,
             init_lora_weights=True))  # B = 0: the policy starts exactly at the base model
+        config = self.model.peft_config["default"]
+        if isinstance(config.target_modules, set):  # `all-linear` resolved to a set, which
+            # adapter_config.json would list in the process's hash order: sorted, a run's
+            # checkpoints are the same bytes whichever process wrote them
+            config.target_modules = sorted(config.target_modules)
         if adapter_path is not None:
             self.load_adapter(Path(adapter_path), 0)
         self._max_context = max_context_tokens or int(

@@ -17,13 +17,16 @@ from typing import Any
 import torch
 
 from src.language_models.language_model import Generation, InferenceEngine, SamplingParams
+from src.runtime.reproducibility import make_reproducible
 
 
 class EngineActor:
     def __init__(self, engine_class: type[InferenceEngine], parameters: dict[str, Any],
-                 num_threads: int) -> None:
+                 num_threads: int, reproducible: bool) -> None:
         if num_threads > 0:
             torch.set_num_threads(num_threads)
+        if reproducible:  # the run's kernels, set before this process builds its engine
+            make_reproducible()
         self._engine = engine_class(**parameters)
         self._adapters = Path(tempfile.mkdtemp(prefix="agent-rl-engine-"))
 

@@ -26,6 +26,7 @@ from src.language_models.rollout_pool.cluster import all_gpus, connect_ray, gpus
 from src.language_models.rollout_pool.engine_actor import EngineActor
 from src.language_models.rollout_pool.engine_names import EngineName, engine_class
 from src.language_models.rollout_pool.prompt_routing import PromptRouter
+from src.runtime.reproducibility import is_reproducible
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ class RolloutPool(LanguageModel):
                                                  placement_group_capture_child_tasks=True)))
         actor_class = ray.remote(EngineActor).options(**options)
         return actor_class.remote(self.engine_class, self._engine_parameters,
-                                  self.cpus_per_engine)
+                                  self.cpus_per_engine, is_reproducible())
 
     def _wait_until_started(self, engines: list[int]) -> None:
         import ray

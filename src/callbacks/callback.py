@@ -42,8 +42,9 @@ class Callback(Stateful):
     `restore_state(directory)` reads it back.
 
     With `rollout.max_staleness: 1` the episode hooks (`on_session_created` to
-    `on_task_complete`) of the next batch run in the rollout thread while `on_batch_end`
-    of the current one runs in the main thread: state they share needs a lock.
+    `on_task_complete`) of the next batch run in the rollout thread while a trainer's
+    `train` and the observers' `on_batch_end` of the current one run in the main thread:
+    state they share needs a lock.
     """
 
     callback_id: str = ""

@@ -15,7 +15,7 @@ project's command in new processes:
 
 Each pair is compared as bench/kill_anywhere.py compares a killed run with its reference
 (every adapter tensor bit for bit, runs.jsonl rows, metrics without wall-clock keys, the
-evaluation files), plus runs.jsonl and the adapter's weights file byte for byte.
+evaluation files), plus runs.jsonl and the adapter's files byte for byte.
 
 python bench/gpu_reproducibility.py [--device cuda] [--shape smollm2-135m|tiny]
     [--assets .gpu_assets/smollm2-135m] [--work_dir /tmp/gpu_reproducibility]
@@ -84,16 +84,15 @@ MATH = "{name: math_problems, parameters: {num_train: 64, num_validation: 8}}"
 
 
 def same_bytes(first: Path, second: Path) -> dict[str, bool]:
-    """runs.jsonl and the final checkpoint's adapter weights, byte for byte (not its
-    adapter_config.json: PEFT writes `all-linear`'s modules in the order of a set of
-    strings, which Python's hash seed reorders from process to process)."""
+    """runs.jsonl and every file of the final checkpoint's adapter (weights and
+    adapter_config.json), byte for byte."""
     adapters = [max((folder / "callback_state" / "rl").glob("checkpoint-*")) / "lora_weights"
                 for folder in (first, second)]
-    names = [sorted(path.name for path in adapter.glob("*.safetensors")) for adapter in adapters]
+    names = [sorted(path.name for path in adapter.iterdir()) for adapter in adapters]
     return {
         "runs_jsonl_bytes_equal": ((first / "runs.jsonl").read_bytes()
                                    == (second / "runs.jsonl").read_bytes()),
-        "adapter_weights_bytes_equal": bool(names[0]) and names[0] == names[1] and all(
+        "adapter_files_bytes_equal": bool(names[0]) and names[0] == names[1] and all(
             (adapters[0] / name).read_bytes() == (adapters[1] / name).read_bytes()
             for name in names[0])}
 
@@ -103,7 +102,7 @@ def agree(comparison: dict[str, Any]) -> bool:
     return (comparison["adapter_tensors"] > 0 and comparison["adapter_tensors_differing"] == 0
             and comparison["episodes_logged_twice"] == 0 and comparison["runs_jsonl_equal"]
             and comparison["metrics_rows_equal"] and comparison["evaluation_files_equal"]
-            and comparison["runs_jsonl_bytes_equal"] and comparison["adapter_weights_bytes_equal"])
+            and comparison["runs_jsonl_bytes_equal"] and comparison["adapter_files_bytes_equal"])
 
 
 def log_tail(log: Path, characters: int = 3000) -> str:

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from pydantic import BaseModel
 
 from src.agents.agent import Agent
@@ -28,7 +27,7 @@ from src.configuration.components import (
 from src.configuration.errors import ConfigError
 from src.configuration.yaml_source import YamlSource
 from src.language_models.language_model import LanguageModel
-from src.runtime.reproducibility import make_reproducible
+from src.runtime.reproducibility import prepare_model_building
 from src.storage.state import Stateful
 from src.tasks.task import Task
 
@@ -250,10 +249,8 @@ def build_language_models(plan: ExperimentPlan,
                           ) -> dict[str, LanguageModel]:
     """The run's language models in the config's order, each given those before it; into
     `built` if given, so that a caller can close the ones made before a failure."""
-    if plan.config.assignment_config.reproducible:  # before any weight touches a device
-        make_reproducible()
-    # LoRA A matrices are drawn at construction: seed so that two runs start alike.
-    torch.manual_seed(plan.config.assignment_config.random_seed)
+    assignment = plan.config.assignment_config
+    prepare_model_building(assignment.reproducible, assignment.random_seed)
     language_models = {} if built is None else built
     for name, language_model_plan in plan.language_models.items():
         language_models[name] = instantiate(language_model_plan, language_models)

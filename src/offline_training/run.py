@@ -7,8 +7,6 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
 from src.experiment.assembly import instantiate
 from src.experiment.evaluation import Evaluator
 from src.experiment.run_directory import (
@@ -37,7 +35,7 @@ from src.offline_training.groups import (
 )
 from src.offline_training.trainer import OfflineGroupTrainer
 from src.report.run_end import end_of_run_report
-from src.runtime.reproducibility import make_reproducible
+from src.runtime.reproducibility import prepare_model_building
 from src.tasks.task import Task
 
 
@@ -101,10 +99,7 @@ def build_policy(plan: OfflineTrainingPlan) -> TrainableLanguageModel:
     """The trained language model, built as every run of the config builds it (the
     evaluate command too)."""
     offline = plan.config.offline_training_config
-    if offline.reproducible:  # before any weight touches a device
-        make_reproducible()
-    # LoRA A matrices are drawn at construction: seed so that two runs start alike.
-    torch.manual_seed(offline.random_seed)
+    prepare_model_building(offline.reproducible, offline.random_seed)
     return instantiate(plan.language_model, {})
 
 

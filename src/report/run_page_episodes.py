@@ -148,10 +148,12 @@ def compare(before: Evaluation, after: Evaluation) -> dict[str, Any]:
     only_one = len(set(before_samples) ^ set(after_samples))
     before_common = {s: before_samples[s] for s in common}
     after_common = {s: after_samples[s] for s in common}
+    overall = _paired(before_common, after_common, SUCCESS)  # a bootstrap: computed once
     categories = []
     for category in [*sorted({record.category for record in before_common.values()}), ALL]:
         ids = [s for s in common if category == ALL or before_common[s].category == category]
-        paired = _paired({s: before_common[s] for s in ids}, after_common, SUCCESS)
+        paired = (overall if category == ALL
+                  else _paired({s: before_common[s] for s in ids}, after_common, SUCCESS))
         categories.append({
             "category": category, "samples": len(ids),
             "before": _success_cell([before_common[s] for s in ids]),
@@ -160,7 +162,7 @@ def compare(before: Evaluation, after: Evaluation) -> dict[str, Any]:
             "up": None if paired is None else paired.up,
             "down": None if paired is None else paired.down})
     return {"samples": len(common), "only_one_side": only_one,
-            SUCCESS: _described(_paired(before_common, after_common, SUCCESS)),
+            SUCCESS: _described(overall),
             REWARD: _described(_paired(before_common, after_common, REWARD)),
             "categories": categories}
 

@@ -75,3 +75,12 @@ def make_reproducible() -> None:
 def is_reproducible() -> bool:
     """Whether this process runs in the reproducible mode (what a worker it starts copies)."""
     return _on
+
+
+def prepare_model_building(reproducible: bool, seed: int) -> None:
+    """What every pipeline does just before it builds its models: the mode, if asked, before
+    any weight touches a device, and torch seeded, since LoRA's A matrices are drawn at
+    construction and two runs of one config must start alike."""
+    if reproducible:
+        make_reproducible()
+    torch.manual_seed(seed)

@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from src.agents.agent import Agent
 from src.experiment.assembly import instantiate
 from src.experiment.evaluation import Evaluator
@@ -25,7 +23,7 @@ from src.experiment.run_directory import (
 from src.language_models.chat_template import demonstration_ids, probe_turn_boundary
 from src.language_models.language_model import LanguageModel, TrainableLanguageModel
 from src.report.run_end import end_of_run_report
-from src.runtime.reproducibility import make_reproducible
+from src.runtime.reproducibility import prepare_model_building
 from src.supervised_training.config import (
     SUPERVISED_TRAINING_KEY,
     SupervisedTrainingConfig,
@@ -95,10 +93,7 @@ def build_parts(plan: SupervisedTrainingPlan,
     """The language model, the task and the agent of a supervised stage, built in this
     order (the evaluate command builds them the same way); the model also into `models`."""
     supervised = plan.config.supervised_training_config
-    if supervised.reproducible:  # before any weight touches a device
-        make_reproducible()
-    # LoRA A matrices are drawn at construction: seed so that two runs start alike.
-    torch.manual_seed(supervised.random_seed)
+    prepare_model_building(supervised.reproducible, supervised.random_seed)
     models = {} if models is None else models
     language_model = models[supervised.language_model.name] = instantiate(plan.language_model,
                                                                           {})

@@ -29,7 +29,8 @@ import torch
 
 from src.language_models.language_model import TrainableLanguageModel
 from src.language_models.rollout_pool.cluster import connect_ray, gpus_of
-from src.runtime.reproducibility import is_reproducible, make_reproducible
+from src.runtime.reproducibility import is_reproducible
+from src.runtime.worker_process import prepare_worker_process
 from src.training.checkpoints import load_training_state, save_training_state
 from src.training.learner import Learner, Objective, Shard, StepResult, load_trainable
 from src.training.settings import OptimizerSettings
@@ -63,10 +64,7 @@ class LearnerWorker:
     def __init__(self, model_class: type[TrainableLanguageModel], parameters: dict[str, Any],
                  settings: OptimizerSettings, rank: int, world: int, num_threads: int,
                  reproducible: bool) -> None:
-        if num_threads > 0:
-            torch.set_num_threads(num_threads)
-        if reproducible:  # the run's kernels, set before this process builds its replica
-            make_reproducible()
+        prepare_worker_process(num_threads, reproducible)
         self._model_class, self._parameters = model_class, parameters
         self._settings, self._shard = settings, Shard(rank, world)
         self._learner: Learner | None = None

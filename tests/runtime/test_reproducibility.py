@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -138,17 +139,13 @@ def build_offline(folder: Path, model: Path, reproducible: bool) -> None:
     build_policy(plan_offline_training(load_offline_config(source), source))
 
 
-@pytest.mark.parametrize(("build", "pipeline_module"), [
-    (build_assignment, "src.experiment.assembly"),
-    (build_supervised, "src.supervised_training.run"),
-    (build_offline, "src.offline_training.run")])
+@pytest.mark.parametrize("build", [build_assignment, build_supervised, build_offline])
 @pytest.mark.parametrize("reproducible", [True, False])
 def test_each_pipeline_applies_the_setting_when_it_builds_its_models(
         tmp_path: Path, tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch,
-        build: Callable[[Path, Path, bool], None], pipeline_module: str,
-        reproducible: bool) -> None:
+        build: Callable[[Path, Path, bool], None], reproducible: bool) -> None:
     calls: list[bool] = []
-    monkeypatch.setattr(f"{pipeline_module}.make_reproducible", lambda: calls.append(True))
+    monkeypatch.setattr(reproducibility, "make_reproducible", lambda: calls.append(True))
     build(tmp_path, tiny_model_path, reproducible)
     assert calls == [True] * reproducible
 
@@ -222,10 +219,12 @@ def test_on_the_cpu_the_mode_changes_no_bit(finished_run: Callable[..., Path]) -
 
 @pytest.mark.parametrize("reproducible", [True, False])
 def test_a_pool_engine_applies_the_mode_it_is_started_in(
-        tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch, reproducible: bool) -> None:
+        tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        reproducible: bool) -> None:
     calls: list[bool] = []
-    monkeypatch.setattr("src.language_models.rollout_pool.engine_actor.make_reproducible",
+    monkeypatch.setattr("src.runtime.worker_process.make_reproducible",
                         lambda: calls.append(True))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the engine's adapter folder
     EngineActor(HuggingfaceLoRALanguageModel, {"model_name_or_path": str(tiny_model_path)},
                 num_threads=0, reproducible=reproducible)
     assert calls == [True] * reproducible

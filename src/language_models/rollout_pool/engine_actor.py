@@ -14,19 +14,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from src.language_models.language_model import Generation, InferenceEngine, SamplingParams
-from src.runtime.reproducibility import make_reproducible
+from src.runtime.worker_process import prepare_worker_process
 
 
 class EngineActor:
     def __init__(self, engine_class: type[InferenceEngine], parameters: dict[str, Any],
                  num_threads: int, reproducible: bool) -> None:
-        if num_threads > 0:
-            torch.set_num_threads(num_threads)
-        if reproducible:  # the run's kernels, set before this process builds its engine
-            make_reproducible()
+        prepare_worker_process(num_threads, reproducible)
         self._engine = engine_class(**parameters)
         self._adapters = Path(tempfile.mkdtemp(prefix="agent-rl-engine-"))
 

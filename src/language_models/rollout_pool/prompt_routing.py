@@ -18,16 +18,16 @@ class PromptRouter:
     def __init__(self, num_engines: int) -> None:
         self.num_engines = num_engines
         self._engine_of: dict[tuple[int, ...], int] = {}  # sequence -> engine that produced it
-        self._lengths: set[int] = set()  # the lengths of those sequences
+        self._lengths: list[int] = []  # the lengths of those sequences, longest first
 
     def remember(self, engine_of: Mapping[tuple[int, ...], int]) -> None:
         """The sequences (prompt + completion) the last call produced, with their engines."""
         self._engine_of = dict(engine_of)
-        self._lengths = {len(sequence) for sequence in engine_of}
+        self._lengths = sorted({len(sequence) for sequence in engine_of}, reverse=True)
 
     def engine_for(self, prompt: Sequence[int]) -> int | None:
         """The engine that produced the longest remembered sequence `prompt` begins with."""
-        return next((self._engine_of[key] for length in sorted(self._lengths, reverse=True)
+        return next((self._engine_of[key] for length in self._lengths
                      if length <= len(prompt)
                      and (key := tuple(prompt[:length])) in self._engine_of), None)
 

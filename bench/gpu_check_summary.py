@@ -12,7 +12,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-GPU_STEP_FILES = {"135M bf16": "smollm2_135m_bf16.json", "7B bf16": "7b_bf16.json"}
+GPU_STEP_FILES = {"135M bf16": "smollm2_135m_bf16.json", "7B bf16": "7b_bf16.json",
+                  "135M bf16 kv_cache sampler": "smollm2_135m_bf16_kv_cache.json",
+                  "135M bf16 without the mode": "smollm2_135m_bf16_no_mode.json"}
 
 
 def identical(outcome: dict[str, Any]) -> bool | str:
@@ -51,8 +53,13 @@ def gpu_step(folder: Path, name: str) -> dict[str, Any] | None:
     sampling, step = result.get("sampling", {}), result.get("grpo_step", {})
     agreement = result.get("agreement_turn1", {})
     return {"reproducible": result["arguments"].get("reproducible"),
+            "sampler": result.get("load", {}).get("sampler"),
             "sampling_tokens_per_s": sampling.get("tokens_per_s"),
             "decode_ms_per_step": sampling.get("decode_ms_per_step"),
+            "sampling_roofline": sampling.get("roofline"),
+            "micro_batch_budget_tokens": result.get("grpo_step_config", {}).get(
+                "auto_budget_tokens"),
+            "grpo_step_roofline": step.get("roofline"),
             "logprob_abs_diff_mean_max": [agreement.get("mean_abs_diff"),
                                           agreement.get("max_abs_diff")],
             "grpo_step_s": step.get("seconds"),

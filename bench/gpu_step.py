@@ -22,7 +22,8 @@ cut to two layers, for checking this script on a CPU).
 python bench/gpu_step.py --shape smollm2-135m|7b|tiny [--assets .gpu_assets/smollm2-135m]
     [--device cuda] [--dtype bfloat16|float32] [--prompts 8] [--samples 4]
     [--prompt_tokens 96] [--new_tokens 128] [--gradient_checkpointing]
-    [--micro_batch_max_tokens 512] [--reproducible] [--model_dir DIR] [--out result.json]
+    [--micro_batch_max_tokens auto|N|0] [--sampler auto|kv_cache|static_cache|generate]
+    [--reproducible] [--model_dir DIR] [--out result.json]
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from src.language_models.language_model import SamplingParams, TokenBatch  # noq
 from src.records.episode import Episode, EpisodeStatus, Outcome, Sample  # noqa: E402
 from src.records.trajectory import Trajectory  # noqa: E402
 from src.runtime.reproducibility import make_reproducible  # noqa: E402
+from src.training.micro_batches import automatic_token_budget  # noqa: E402
 from src.training.settings import KLSettings, OptimizerSettings  # noqa: E402
 
 GIB = 1024**3
@@ -219,6 +221,11 @@ def step_roofline(model: HuggingfaceLoRALanguageModel, sequences: list[list[int]
     return roofline_line(f"GRPO step ({fed} tokens fed)", work, seconds, model.dtype, peaks)
 
 
+def token_budget(arguments: argparse.Namespace) -> int | str | None:
+    value = arguments.micro_batch_max_tokens
+    return value if value == "auto" else int(value) or None
+
+
 def grpo_step(model: HuggingfaceLoRALanguageModel, episodes: list[Episode], samples: int,
               arguments: argparse.Namespace) -> dict:
     # other settings at their defaults; scored at the temperature the trajectories record
@@ -226,7 +233,7 @@ def grpo_step(model: HuggingfaceLoRALanguageModel, episodes: list[Episode], samp
         model, algorithm="grpo", kl=KLSettings(coef=arguments.kl_coef),
         optimizer=OptimizerSettings(
             learning_rate=arguments.learning_rate,
-            micro_batch_max_tokens=arguments.micro_batch_max_tokens or None))
+            micro_batch_max_tokens=token_budget(arguments)))
     callback.prepare(TrainingSchedule(1, len(episodes)))
     before = adapter_snapshot(model)
     reset_peak(model.device)
@@ -310,6 +317,27 @@ def profile_decode(model: HuggingfaceLoRALanguageModel, prompts: list[list[int]]
                                                  if device_total is not None else None)}
 
 
+def profile_step(model: HuggingfaceLoRALanguageModel, episodes: list[Episode],
+                 arguments: argparse.Namespace) -> str:
+    """Another GRPO step under torch.profiler: the operators by device time and by CPU
+    time, 20 of each."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if model.device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    model.set_policy_version(0)  # the same episodes on policy again: none is left out
+    with profile(activities=activities) as profiler:
+        step = grpo_step(model, episodes, arguments.samples, arguments)
+    averages = profiler.key_averages()
+    sort = "self_device_time_total" if model.device.type == "cuda" else "self_cpu_time_total"
+    summary = {key: step.get(key) for key in ("seconds", "loss", "adapter_changed")}
+    return (f"== GRPO step (profiled: {json.dumps(summary)}) by {sort}\n"
+            f"{averages.table(sort_by=sort, row_limit=20)}\n"
+            f"== by self_cpu_time_total\n"
+            f"{averages.table(sort_by='self_cpu_time_total', row_limit=20)}")
+
+
 # ---- main ------------------------------------------------------------------------------
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
@@ -332,8 +360,11 @@ def main() -> None:
     parser.add_argument("--second_turn_tokens", type=int, default=32)
     parser.add_argument("--score_rows", type=int, default=8, help="rows per score() call")
     parser.add_argument("--gradient_checkpointing", action="store_true")
-    parser.add_argument("--micro_batch_max_tokens", type=int, default=512,
-                        help="0 for one micro-batch")
+    parser.add_argument("--micro_batch_max_tokens", default="auto",
+                        help="auto (the policy's default: sized from free GPU memory), a "
+                             "number, or 0 for one micro-batch")
+    parser.add_argument("--sampler", default="auto",
+                        choices=["auto", "kv_cache", "static_cache", "generate"])
     parser.add_argument("--learning_rate", type=float, default=1e-5)
     parser.add_argument("--kl_coef", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
@@ -342,8 +373,14 @@ def main() -> None:
                              "and time it with the adapter disabled and as a plain decode "
                              "loop of the base model; tables go to --profile_out")
     parser.add_argument("--profile_out", default=None)
+    parser.add_argument("--profile_step", action="store_true",
+                        help="after the timed GRPO step, profile a second one "
+                             "(torch.profiler, its top operators printed)")
     parser.add_argument("--no_peaks", action="store_true",
                         help="skip measuring the device's peaks and the roofline lines")
+    parser.add_argument("--peaks_from", default=None,
+                        help="the peaks another run of this script measured on this device "
+                             "(its --out JSON): roofline lines without measuring again")
     parser.add_argument("--out", default=None)
     parser.add_argument("--reproducible", action="store_true",
                         help="deterministic kernels, as a run's `reproducible: true` sets them")
@@ -363,7 +400,8 @@ def main() -> None:
         "peft": __import__("peft").__version__}
     print("configuration:", json.dumps(result["arguments"]), flush=True)
     print("environment:", json.dumps(result["environment"]), flush=True)
-    peaks = None if arguments.no_peaks else measure_peaks(device)
+    peaks = (Peaks(**json.loads(Path(arguments.peaks_from).read_text())["peaks"])
+             if arguments.peaks_from else None if arguments.no_peaks else measure_peaks(device))
     if peaks is not None:
         result["peaks"] = vars(peaks)
         print(f"peaks: fp32 {peaks.fp32_flops / 1e12:.2f} TFLOP/s, bf16 "
@@ -393,7 +431,7 @@ def main() -> None:
     torch.manual_seed(arguments.seed + 1)  # LoRA A
     model = HuggingfaceLoRALanguageModel(
         str(folder), dtype=arguments.dtype, device=arguments.device,
-        gradient_checkpointing=arguments.gradient_checkpointing,
+        gradient_checkpointing=arguments.gradient_checkpointing, sampler=arguments.sampler,
         lora_config=LoRASettings(r=16, lora_alpha=32, target_modules="all-linear"))
     synchronize(device)
     lora = [p for p in model.trainable_parameters()]
@@ -401,7 +439,8 @@ def main() -> None:
                       "lora_parameters": sum(p.numel() for p in lora),
                       "lora_dtype": str(lora[0].dtype).removeprefix("torch."),
                       "base_dtype": str(model.dtype).removeprefix("torch."),
-                      "attn_implementation": model.model.get_base_model().config._attn_implementation}
+                      "attn_implementation": model.model.get_base_model().config._attn_implementation,
+                      "sampler": type(model._sampler).__name__}
     print("load:", json.dumps(result["load"]), flush=True)
     write()
 
@@ -420,6 +459,8 @@ def main() -> None:
     torch.manual_seed(arguments.seed + 2)
     groups, result["sampling"] = timed_generate(model, prompts, params)
     result["sampling"].update(memory(device))
+    states = getattr(model._sampler, "_states", {})  # the static-cache sampler's buckets
+    result["sampling"]["cuda_graphs"] = sum(state.graph is not None for state in states.values())
     result["sampling"]["decode_ms_per_step"] = (1000 * result["sampling"]["seconds"]
                                                 / arguments.new_tokens)
     print("sampling:", json.dumps(result["sampling"]), flush=True)
@@ -504,7 +545,8 @@ def main() -> None:
         "rows": len(trajectories),
         "tokens": sum(len(t.token_ids) for t in trajectories),
         "completion_tokens": sum(t.completion_token_count for t in trajectories),
-        "micro_batch_max_tokens": arguments.micro_batch_max_tokens or None,
+        "micro_batch_max_tokens": token_budget(arguments),
+        "auto_budget_tokens": automatic_token_budget(model),
         "gradient_checkpointing": arguments.gradient_checkpointing,
         "learning_rate": arguments.learning_rate, "kl_coef": arguments.kl_coef,
         "loss": "ppo_clip (dual clip 3), token-mean, KL k3 to the base model"}
@@ -518,6 +560,13 @@ def main() -> None:
             result["grpo_step"]["seconds"], peaks)
         print(result["grpo_step"]["roofline"], flush=True)
     write()
+    if arguments.profile_step:
+        try:
+            print(profile_step(model, episodes(), arguments), flush=True)
+        except Exception:  # noqa: BLE001
+            result["errors"]["profile_step"] = traceback.format_exc()
+            print(result["errors"]["profile_step"], flush=True)
+        write()
     print("errors:", list(result["errors"]) or "none", flush=True)
 
 

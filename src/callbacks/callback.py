@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from src.language_models.language_model import NamesModels
 from src.records.episode import Episode
 from src.storage.state import Stateful
 
@@ -34,7 +35,7 @@ class TrainingSchedule:
     episodes_per_batch: int  # a full batch's episodes: samples x group size
 
 
-class Callback(Stateful):
+class Callback(NamesModels, Stateful):
     """Override the hooks you need; all default to doing nothing.
 
     `save_state(directory)` writes everything needed to resume into a fresh folder the

@@ -1,4 +1,10 @@
-"""From a validated config to live components: checked fully before any weights load."""
+"""From a validated config to live components: checked fully before any weights load.
+
+Planning also decides which weights this process loads: a trained policy that every
+component naming it uses only for its adapter (the agent samples from a rollout pool, the
+RL callback's trainer workers score and update) is built without its base weights
+(`base_weights: meta`, see `_choose_base_weights`).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ import inspect
 import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +32,7 @@ from src.configuration.components import (
 )
 from src.configuration.errors import ConfigError
 from src.configuration.yaml_source import YamlSource
-from src.language_models.language_model import LanguageModel
+from src.language_models.language_model import BASE_WEIGHTS, LanguageModel, NamesModels
 from src.runtime.reproducibility import prepare_model_building
 from src.storage.state import Stateful
 from src.tasks.task import Task
@@ -57,7 +63,9 @@ class ExperimentPlan:
     def describe(self) -> str:
         assignment = self.config.assignment_config
         lines = [f"assignment: {self.source.path}", self.task.describe(), self.agent.describe()]
-        lines += [plan.describe() for plan in self.language_models.values()]
+        lines += [plan.describe() + (" (no base weights in this process: base_weights meta)"
+                                     if plan.parameters.get(BASE_WEIGHTS) == "meta" else "")
+                  for plan in self.language_models.values()]
         lines += [plan.describe() for plan in self.callbacks.values()]
         rollout = assignment.rollout
         lines.append(f"rollout: batch_size={rollout.batch_size} group_size={rollout.group_size} "
@@ -159,6 +167,9 @@ def plan_experiment(config: ExperimentConfig, source: YamlSource) -> ExperimentP
                                                source, Callback, language_models)
                    for callback_id, spec in assignment.callback_dict.items()},
     )
+    explicit = {spec.name for spec in assignment.language_model_list
+                if BASE_WEIGHTS in spec.parameters}
+    plan = replace(plan, language_models=_choose_base_weights(plan, explicit))
     if assignment.rollout.max_staleness > 0:
         _check_overlapped_rollouts(plan)
     if "selection" in assignment.evaluation.splits:
@@ -183,6 +194,54 @@ def check_selection_split(task_plan: ComponentPlan, source: YamlSource,
             f"names 'selection', but the task {task.__class__.__name__} draws no selection "
             "samples as configured (DB-bench's procedural source draws them: set its "
             "num_selection)", splits_key)
+
+
+def _choose_base_weights(plan: ExperimentPlan, explicit: set[str]) -> dict[str, ComponentPlan]:
+    """The language models' plans with `base_weights` chosen, where a class takes it:
+    "meta" for a model that components name but none samples from or scores with in this
+    process (each lists its parameter in `adapter_only_models`), so that no weights load
+    here that nothing here runs; a value the config gives is kept, "meta" checked."""
+    named: set[str] = set()
+    needed: dict[str, str] = {}  # model -> a place that samples from or scores with it
+    for component in (plan.task, plan.agent, *plan.language_models.values(),
+                      *plan.callbacks.values()):
+        for user, parameter, model in _language_model_uses(component):
+            named.add(model)
+            if parameter not in _adapter_only(user):
+                needed.setdefault(model, ".".join(map(str, (*user.key_path, "parameters",
+                                                            parameter))))
+    chosen = dict(plan.language_models)
+    for name, model_plan in plan.language_models.items():
+        if BASE_WEIGHTS not in model_plan.parameters:
+            continue
+        if name in explicit:
+            if model_plan.parameters[BASE_WEIGHTS] == "meta" and name in needed:
+                raise plan.source.error(
+                    f"is meta, but {needed[name]} samples from or scores with '{name}' in "
+                    f"this process, which needs its base weights: set load, or leave it out "
+                    f"and the run chooses", (*model_plan.key_path, "parameters", BASE_WEIGHTS))
+        elif name in named and name not in needed:
+            chosen[name] = replace(model_plan,
+                                   parameters={**model_plan.parameters, BASE_WEIGHTS: "meta"})
+    return chosen
+
+
+def _language_model_uses(component: ComponentPlan
+                         ) -> typing.Iterator[tuple[ComponentPlan, str, str]]:
+    """(component, parameter, language model) for each model that `component` or a
+    component nested in it names."""
+    fields = constructor_fields(component.cls)
+    for parameter, value in component.parameters.items():
+        if isinstance(value, ComponentPlan):
+            yield from _language_model_uses(value)
+        elif isinstance(value, str) and _is_language_model_type(fields[parameter][0]):
+            yield component, parameter, value
+
+
+def _adapter_only(component: ComponentPlan) -> frozenset[str]:
+    if issubclass(component.cls, NamesModels):
+        return component.cls.adapter_only_models(component.parameters)
+    return frozenset()  # an agent or a task samples from the models it names
 
 
 def _check_overlapped_rollouts(plan: ExperimentPlan) -> None:

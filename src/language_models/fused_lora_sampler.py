@@ -25,6 +25,8 @@ import torch
 from peft import PeftModel
 from peft.tuners.lora import LoraLayer
 
+from src.language_models.grouped_attention import GROUPED_SDPA
+
 PACKED_FOR_ROWS = 32  # the batch size oneDNN's weight layout is chosen for (any works)
 
 
@@ -194,6 +196,11 @@ class FusedLoRASampler:
         # mapped to itself, then put a fused layer in each LoRA layer's place.
         shared = {id(tensor): tensor for tensor in [*base.parameters(), *base.buffers()]}
         self.model = copy.deepcopy(base, memo=shared)
+        if self.model.config._attn_implementation == "sdpa":
+            # transformers' sdpa copies grouped key/value heads whenever a mask is given
+            # on CUDA, as a sampler's padded batches always do; the copy, which only
+            # samples, attends with them grouped (the training model keeps its kernels)
+            self.model.config._attn_implementation = GROUPED_SDPA
         self._groups: list[tuple[FusedLoRAProjections, list[LoraLayer]]] = []
         for names in shared_input_groups(model, layers):
             members = [layers[name] for name in names]

@@ -42,6 +42,13 @@ def cached_row(cache: DynamicCache, attention: torch.Tensor, position: int,
     return CachedPrefix(token_ids, layers)
 
 
+def stop_tensor(end_of_turn_ids: Sequence[int], params: SamplingParams,
+                device: torch.device) -> torch.Tensor:
+    """The ids that end a row: the model's end-of-turn ids and the call's stop ids."""
+    return torch.tensor(sorted(set(end_of_turn_ids) | set(params.stop_token_ids)),
+                        device=device)
+
+
 def next_token_logits(model: torch.nn.Module, input_ids: torch.Tensor,
                        attention: torch.Tensor, positions: torch.Tensor,
                        cache: DynamicCache) -> torch.Tensor:
@@ -72,25 +79,9 @@ class KVCacheSampler(Sampler):
 
     def sample(self, model: torch.nn.Module, rows: list[list[int]], params: SamplingParams,
                end_of_turn_ids: Sequence[int], policy_version: int) -> list[Generation]:
-        stop_ids = torch.tensor(sorted(set(end_of_turn_ids) | set(params.stop_token_ids)),
-                                device=self.device)
-        # Identical rows (a group's G copies of one prompt) are prefilled once, then
-        # their cache rows are repeated.
-        first_of: dict[tuple[int, ...], int] = {}
-        source = [first_of.setdefault(tuple(row), len(first_of)) for row in rows]
-        distinct = [list(row) for row in first_of]
-        prefixes = [self.prefix_cache.longest_prefix(row) if self.prefix_caching else None
-                    for row in distinct]
-        prefixes = self._with_shared_prompt_prefix(model, distinct, prefixes)
-        cache, input_ids, attention, positions = self._prefill_inputs(
-            distinct, prefixes, reserve=params.max_new_tokens)
-        logits = next_token_logits(model, input_ids, attention, positions, cache)
-        if len(distinct) < len(rows):
-            repeat = torch.tensor(source, device=self.device)
-            cache.batch_select_indices(repeat)
-            attention, positions, logits = attention[repeat], positions[repeat], logits[repeat]
-        next_position = positions[:, -1:] + 1
-
+        stop_ids = stop_tensor(end_of_turn_ids, params, self.device)
+        cache, attention, next_position, logits = self.prefill(model, rows,
+                                                               params.max_new_tokens)
         sampled: list[list[int]] = [[] for _ in rows]
         logprobs: list[list[float]] = [[] for _ in rows]
         finish: list[str] = ["length"] * len(rows)
@@ -136,6 +127,28 @@ class KVCacheSampler(Sampler):
             self.prefix_cache.replace(ends)
         return [Generation(sampled[i], logprobs[i], finish[i], policy_version)  # type: ignore[arg-type]
                 for i in range(len(rows))]
+
+    def prefill(self, model: torch.nn.Module, rows: list[list[int]], reserve: int
+                ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The first forward of a call: the cache (with room for `reserve` more positions),
+        the attention mask [rows, width], each row's next position [rows, 1] and the logits
+        of its first new token [rows, vocab]. Identical rows (a group's G copies of one
+        prompt) are prefilled once, then their cache rows repeated; a row's cached prefix
+        and the prefix all rows share are fed once (`_with_shared_prompt_prefix`)."""
+        first_of: dict[tuple[int, ...], int] = {}
+        source = [first_of.setdefault(tuple(row), len(first_of)) for row in rows]
+        distinct = [list(row) for row in first_of]
+        prefixes = [self.prefix_cache.longest_prefix(row) if self.prefix_caching else None
+                    for row in distinct]
+        prefixes = self._with_shared_prompt_prefix(model, distinct, prefixes)
+        cache, input_ids, attention, positions = self._prefill_inputs(distinct, prefixes,
+                                                                      reserve=reserve)
+        logits = next_token_logits(model, input_ids, attention, positions, cache)
+        if len(distinct) < len(rows):
+            repeat = torch.tensor(source, device=self.device)
+            cache.batch_select_indices(repeat)
+            attention, positions, logits = attention[repeat], positions[repeat], logits[repeat]
+        return cache, attention, positions[:, -1:] + 1, logits
 
     def _with_shared_prompt_prefix(self, model: torch.nn.Module, rows: list[list[int]],
                                    prefixes: list[CachedPrefix | None]

@@ -20,7 +20,7 @@ How an in-process policy samples its own weights is its `Sampler`'s business
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -28,6 +28,11 @@ from typing import Any, ClassVar, Literal
 import torch
 
 FinishReason = Literal["stop", "length"]
+# A trainable model that can be built without its base weights takes this parameter:
+# "load" them, or "meta" (the base model on the meta device, only the adapter real) in a
+# process that neither samples nor scores with it (src.experiment.assembly chooses).
+BASE_WEIGHTS = "base_weights"
+BaseWeights = Literal["load", "meta"]
 DEFAULT_ROLE_DICT: dict[str, str] = {"user": "user", "agent": "assistant"}
 
 
@@ -83,7 +88,20 @@ class TokenBatch:
         return cls(ids, attention, loss)
 
 
-class LanguageModel(ABC):
+class NamesModels:
+    """A configured component that names language models (by their parameters) and may
+    use some of them only for their adapter, tokenizer and settings."""
+
+    @classmethod
+    def adapter_only_models(cls, parameters: Mapping[str, object]) -> frozenset[str]:
+        """The parameters naming a language model that a component of these (configured)
+        parameters uses only for its adapter, tokenizer and settings, never sampling or
+        scoring with it in this process; none by default. A model used only so may be
+        built without its base weights (src.experiment.assembly)."""
+        return frozenset()
+
+
+class LanguageModel(NamesModels, ABC):
     """Anything that samples: an in-process model, a vLLM engine, a pool of them."""
 
     # Whether it samples from its own copy of a trainer's policy (a pool's engines), so
@@ -228,6 +246,11 @@ class TrainableLanguageModel(VersionedPolicy):
     @abstractmethod
     def device(self) -> torch.device:
         """Where the trained weights live (a pool keeps its engines off this GPU)."""
+
+    def activation_bytes_per_token(self) -> int | None:
+        """About how many bytes of activations a trained token keeps until the backward
+        (micro-batches on a GPU are sized from it); None: unknown."""
+        return None
 
     @abstractmethod
     def score(self, batch: TokenBatch, *, temperature: float = 1.0, with_adapter: bool = True,

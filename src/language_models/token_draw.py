@@ -1,6 +1,7 @@
 """Drawing one token per row from logits, with its log-prob under the distribution drawn
 from: logits / temperature, restricted to the top-p nucleus when top_p < 1 (the
-`Generation` contract's log-prob). The KV-cache sampler's draw (kv_cache_sampler.py).
+`Generation` contract's log-prob). The draw of the in-process samplers (kv_cache_sampler.py,
+static_cache_sampler.py).
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ def sample_from_logits(logits: torch.Tensor, temperature: float,
         sorted_logits, order = logits.float().sort(dim=-1, descending=True)
         sorted_probs = sorted_logits.softmax(dim=-1)
         # drop a token when the mass before it already reaches top_p (the first always stays)
-        outside = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= top_p
+        outside = _mass_before(sorted_probs) >= top_p
         sorted_logits = sorted_logits.masked_fill(outside, float("-inf"))
         logits = torch.full_like(sorted_logits, float("-inf")).scatter(-1, order, sorted_logits)
     probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
-    tokens = _inverse_cdf_draw(probs)
+    tokens = _inverse_cdf_draw(probs) if probs.device.type == "cpu" else race_draw(probs)
     return tokens, probs.gather(-1, tokens[:, None]).squeeze(-1).log()
 
 
@@ -67,3 +68,34 @@ def _inverse_cdf_draw(probs: torch.Tensor) -> torch.Tensor:
 def _below(values: torch.Tensor, limit: torch.Tensor) -> torch.Tensor:
     """`values`, each at most the largest float below its row's `limit`."""
     return torch.minimum(values, torch.nextafter(limit, torch.zeros_like(limit)))
+
+
+# On CUDA torch has no deterministic kernel for a floating-point running sum and refuses
+# one in the reproducible mode (src.runtime.reproducibility); the draw and the nucleus
+# there take paths without one. The CPU keeps its own, bit for bit.
+FIXED_POINT = 2.0**52  # probability units of the nucleus's integer running sum
+
+
+def _mass_before(sorted_probs: torch.Tensor) -> torch.Tensor:
+    """Each entry's running sum of the entries before it, along the last dimension. On
+    CUDA in integers (`fixed_point_mass_before`): an integer sum is the same in any
+    order."""
+    if sorted_probs.device.type == "cpu":
+        return sorted_probs.cumsum(dim=-1) - sorted_probs
+    return fixed_point_mass_before(sorted_probs)
+
+
+def fixed_point_mass_before(probs: torch.Tensor) -> torch.Tensor:
+    """`_mass_before` in integers, exact but for each entry's rounding to 2^-52."""
+    fixed = (probs.double() * FIXED_POINT).round_().long()
+    return (fixed.cumsum(dim=-1) - fixed).double() / FIXED_POINT
+
+
+def race_draw(probs: torch.Tensor) -> torch.Tensor:
+    """One token per row of `probs` [rows, vocab] (>= 0, not all 0) on an accelerator:
+    the row's largest p_i / E_i with E_i independent exponential draws, which is token i
+    with probability p_i (each E_i / p_i is exponential with rate p_i, and the first of
+    independent exponential arrivals is i with probability p_i / sum p). One elementwise
+    pass and an argmax, no running sum; an entry of zero mass never wins."""
+    arrivals = torch.empty_like(probs).exponential_()
+    return probs.div(arrivals.clamp_(min=torch.finfo(arrivals.dtype).tiny)).argmax(dim=-1)

@@ -18,7 +18,11 @@ import torch
 from src.configuration.components import import_dotted
 from src.language_models.language_model import ScoredTokens, TrainableLanguageModel
 from src.training.checkpoints import load_training_state, save_training_state
-from src.training.micro_batches import split_by_token_budget, split_packs_by_token_budget
+from src.training.micro_batches import (
+    automatic_token_budget,
+    split_by_token_budget,
+    split_packs_by_token_budget,
+)
 from src.training.objectives import MiniBatchTotals
 from src.training.optimisation import (
     LearningRateSchedule,
@@ -101,6 +105,8 @@ class Learner:
         size = math.ceil(len(indices) / count)
         parts = [list(indices[start:start + size]) for start in range(0, len(indices), size)]
         budget = self.settings.micro_batch_max_tokens
+        if budget == "auto":
+            budget = automatic_token_budget(self.model)
         if self.model.packs_shared_prefixes:
             sequences = rows.sequences()
             return [micro for part in parts

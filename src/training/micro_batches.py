@@ -4,7 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
+
+from src.language_models.language_model import TrainableLanguageModel
 from src.language_models.shared_prefix import plan_packs, split_pack
+
+CPU_TOKEN_BUDGET = 512  # a CPU's micro-batch: larger ones are no faster there
+# the share of the GPU memory still free to torch that one micro-batch's activations may
+# take: the rest is for the temporaries the estimate leaves out and the optimiser's step
+MEMORY_SHARE = 0.6
+
+
+def automatic_token_budget(model: TrainableLanguageModel) -> int:
+    """The padded tokens of one micro-batch when its budget is `auto`: CPU_TOKEN_BUDGET on
+    a CPU; on a GPU as many as fill MEMORY_SHARE of the memory torch can still take (the
+    device's free memory and what torch's allocator holds unused) at the model's
+    `activation_bytes_per_token`, and never fewer than on a CPU."""
+    per_token = model.activation_bytes_per_token()
+    if model.device.type != "cuda" or not per_token:
+        return CPU_TOKEN_BUDGET
+    free, _ = torch.cuda.mem_get_info(model.device)
+    available = (free + torch.cuda.memory_reserved(model.device)
+                 - torch.cuda.memory_allocated(model.device))
+    return max(CPU_TOKEN_BUDGET, int(MEMORY_SHARE * available / per_token))
 
 
 def split_by_token_budget(rows: Sequence[int], lengths: Sequence[int],

@@ -3,7 +3,7 @@ are errors). Each group is consumed by one piece of the training core."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -31,8 +31,9 @@ class OptimizerSettings(_Settings):
     gradient_accumulation_steps: int = Field(1, ge=1)
     # each micro-batch's padded size (rows x longest row; with shared-prefix training,
     # packs x longest pack) stays under it, a group kept in one pack where it fits.
-    # Activation memory grows with it, the loss does not change: raise it on a GPU
-    micro_batch_max_tokens: int | None = Field(512, ge=1)
+    # Activation memory grows with it, the loss does not change. auto: 512 on a CPU, on
+    # a GPU what fits 60% of its free memory (src.training.micro_batches)
+    micro_batch_max_tokens: Annotated[int, Field(ge=1)] | Literal["auto"] | None = "auto"
 
 
 class AdvantageSettings(_Settings):

@@ -10,8 +10,10 @@ mini-batch's (normalised by the mini-batch's totals), so the gradients summed ov
 workers are the single-process gradient; every worker then takes the same optimiser step
 on its part of the adapter and of the optimiser state.
 
-This process keeps the full policy: it samples, scores (old and reference log-probs) and
-receives the adapter after every step. Checkpoints are written here by the one checkpoint
+The workers score too (old and reference log-probs). This process's policy receives the
+adapter after every step, to sample with it or hand it to a rollout pool; when a pool
+samples, it holds only the adapter, no base weights (`base_weights: meta`,
+src.language_models.meta_base). Checkpoints are written here by the one checkpoint
 writer, in the single-process learner's format (adapter in PEFT format, optimiser state
 keyed by parameter index, gathered whole from the workers), so a run resumes with any
 number of workers.
@@ -172,8 +174,8 @@ class LearnerWorker:
 class ShardedLearner:
     """The Learner's interface (score, update, schedule, save, restore) for a policy
     trained by `num_workers` FSDP workers, which also score: this process's copy of the
-    policy only samples (or serves the rollout pool its adapter) and may stay on the CPU
-    while the workers take a GPU each."""
+    policy only samples or serves a rollout pool its adapter, and may stay on the CPU
+    while the workers take a GPU each, or hold no base weights at all."""
 
     def __init__(self, model: TrainableLanguageModel, settings: OptimizerSettings,
                  num_workers: int, cpus_per_worker: int = 1, gpus_per_worker: int = 0,

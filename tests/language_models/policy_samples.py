@@ -17,10 +17,12 @@ from src.language_models.language_model import Generation, TokenBatch
 
 
 def trained_looking_policy(path: Path, **parameters: Any) -> HuggingfaceLoRALanguageModel:
-    """The policy on CPU with a non-zero adapter, the same one for the same parameters."""
+    """The policy (on CPU unless `device` says otherwise) with a non-zero adapter, the
+    same one for the same parameters."""
     torch.manual_seed(5)
     parameters.setdefault("lora_config", LoRASettings(r=4, lora_alpha=8))
-    model = HuggingfaceLoRALanguageModel(str(path), device="cpu", **parameters)
+    parameters.setdefault("device", "cpu")
+    model = HuggingfaceLoRALanguageModel(str(path), **parameters)
     with torch.no_grad():
         for name, parameter in model.model.named_parameters():
             if "lora_B" in name:

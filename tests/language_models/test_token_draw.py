@@ -6,6 +6,8 @@ import torch
 
 from src.language_models.token_draw import (
     SAMPLING_BLOCK,
+    fixed_point_mass_before,
+    race_draw,
     sample_from_logits,
 )
 
@@ -50,3 +52,20 @@ def test_the_two_level_draw_over_a_vocabulary_of_several_blocks() -> None:
     # binomial std of a frequency here is at most 0.0025: 0.012 is > 4.5 sigma
     assert torch.allclose(frequency, expected, atol=0.012), frequency
     assert torch.allclose(logprobs, torch.log_softmax(logits, dim=-1)[tokens])
+
+
+def test_the_accelerators_draw_matches_the_distribution() -> None:
+    """The exponential race (the draw on CUDA, run here on CPU tensors) takes token i with
+    probability p_i and never a token of zero mass."""
+    torch.manual_seed(0)
+    draws = 200_000
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.15, 0.05, 0.0]]).repeat(draws, 1)
+    frequency = torch.bincount(race_draw(probs), minlength=6).float() / draws
+    assert torch.allclose(frequency, probs[0], atol=0.005), frequency  # > 4 sigma
+    assert frequency[1] == 0 and frequency[5] == 0
+
+
+def test_the_accelerators_nucleus_sum_is_the_running_sum() -> None:
+    probs = torch.softmax(torch.randn(4, 5000), dim=-1).sort(dim=-1, descending=True).values
+    assert torch.allclose(fixed_point_mass_before(probs),
+                          (probs.double().cumsum(-1) - probs.double()), atol=1e-12)

@@ -2,7 +2,10 @@
 
 Two workers, the same seed, model and rows: three optimiser steps must give the adapter
 one process gives, within 1e-5, and a run saved after two steps and resumed by new
-workers must end where the uninterrupted one ends."""
+workers must end where the uninterrupted one ends. The workers score and update, so the
+process that drives them can hold its policy without base weights (`base_weights: meta`):
+every tensor of it but the adapter stays on the meta device, and the results are the
+same."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from src.language_models.instance.huggingface_lora_language_model import (
     HuggingfaceLoRALanguageModel,
     LoRASettings,
 )
+from src.language_models.language_model import BaseWeights
 from src.training.learner import Learner, Shard
 from src.training.objectives import CrossEntropyObjective, PolicyObjective
 from src.training.policy_losses import POLICY_LOSSES, ClipRange
@@ -25,12 +29,12 @@ from src.training.token_rows import TokenRows
 ray = pytest.importorskip("ray")
 
 
-def _model(path: Path) -> HuggingfaceLoRALanguageModel:
+def _model(path: Path, base_weights: BaseWeights = "load") -> HuggingfaceLoRALanguageModel:
     torch.manual_seed(0)
     model = HuggingfaceLoRALanguageModel(
         model_name_or_path=str(path), dtype="float32",
         lora_config=LoRASettings(r=4, lora_alpha=8, target_modules="all-linear",
-                                 lora_dropout=0.0))
+                                 lora_dropout=0.0), base_weights=base_weights)
     with torch.no_grad():  # a trained adapter: B = 0 would leave A without a gradient
         for name, parameter in model.model.named_parameters():
             if "lora_B" in name:
@@ -69,6 +73,15 @@ def _adapter(model: HuggingfaceLoRALanguageModel) -> list[torch.Tensor]:
     return [parameter.detach().clone() for parameter in model.trainable_parameters()]
 
 
+def _assert_holds_only_the_adapter(model: HuggingfaceLoRALanguageModel) -> None:
+    adapter = model.trainable_parameters()
+    assert adapter and all(parameter.device.type == "cpu" for parameter in adapter)
+    held = [name for name, tensor in [*model.model.named_parameters(),
+                                      *model.model.named_buffers()]
+            if not tensor.is_meta and not any(tensor is own for own in adapter)]
+    assert not held, f"the driver holds base tensors {held[:3]}"
+
+
 def test_shards_take_every_micro_batch_once_and_the_same_number_of_passes() -> None:
     micro = [[0], [1, 2], [3], [4], [5]]
     shares = [Shard(rank, 2).passes(micro) for rank in range(2)]
@@ -82,7 +95,9 @@ def test_two_fsdp_workers_train_the_adapter_one_process_trains(ray_cluster,
                                                                 tiny_model_path: Path) -> None:
     from src.training.sharded_learner import ShardedLearner
 
-    single_model, sharded_model = _model(tiny_model_path), _model(tiny_model_path)
+    single_model = _model(tiny_model_path)
+    sharded_model = _model(tiny_model_path, base_weights="meta")
+    _assert_holds_only_the_adapter(sharded_model)
     rows = _rows(single_model)
     assert len(Learner(single_model, SETTINGS).micro_batches(rows, range(6))) >= 3
     single = Learner(single_model, SETTINGS)
@@ -118,6 +133,7 @@ def test_two_fsdp_workers_train_the_adapter_one_process_trains(ray_cluster,
             pytest.approx(expected.loss, abs=1e-5))
         for a, b in zip(_adapter(single_model), _adapter(sharded_model), strict=True):
             torch.testing.assert_close(b, a, atol=1e-5, rtol=0)
+        _assert_holds_only_the_adapter(sharded_model)  # the adapter came back, nothing more
     finally:
         sharded.close()
 
@@ -129,7 +145,9 @@ def test_a_sharded_run_saved_and_resumed_by_new_workers_ends_where_it_would_have
     settings = SETTINGS.model_copy(update={"optimizer_class": "AdamW", "learning_rate": 1e-2,
                                            "lr_schedule": "cosine", "warmup_ratio": 0.25})
     objective = CrossEntropyObjective(dropout=False)
-    straight_model, resumed_model = _model(tiny_model_path), _model(tiny_model_path)
+    # the straight run's driver holds the base weights, the interrupted one's does not
+    straight_model = _model(tiny_model_path)
+    resumed_model = _model(tiny_model_path, base_weights="meta")
     rows = _rows(straight_model)
     straight = ShardedLearner(straight_model, settings, num_workers=2)
     try:
@@ -153,7 +171,7 @@ def test_a_sharded_run_saved_and_resumed_by_new_workers_ends_where_it_would_have
     assert one.restore(tmp_path)["note"] == "two steps" and one.step == 2
     assert len(one.optimizer.state_dict()["state"]) == len(one.model.trainable_parameters())
 
-    fresh_model = _model(tiny_model_path)
+    fresh_model = _model(tiny_model_path, base_weights="meta")
     resumed = ShardedLearner(fresh_model, settings, num_workers=2)
     try:
         resumed.schedule(4)

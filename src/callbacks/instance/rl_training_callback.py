@@ -86,9 +86,11 @@ class RLTrainingCallback(EpisodeTrainer):
     gradients; two give the one-process adapter to 1e-5, and checkpoints keep the
     one-process format, so a run resumes with any number of workers. They join the Ray
     cluster already up in the process (a rollout pool's), which must have their CPUs and
-    GPUs free (else the start fails after 10 minutes), or start a local one. This
-    process's policy then only samples, scores and hands a rollout pool the adapter: for a
-    large model it can stay on the CPU."""
+    GPUs free (else the start fails after 10 minutes), or start a local one. They score
+    too (old and reference log-probs); this process's policy takes the adapter back after
+    each step, to sample with it or hand it to a rollout pool, and to save it. When the
+    agent samples from a pool, nothing here needs the base weights: the run builds the
+    policy without them (`base_weights: meta`, src.experiment.assembly)."""
 
     def __init__(
         self,
@@ -148,14 +150,20 @@ class RLTrainingCallback(EpisodeTrainer):
         self.kl = KLController(kind=self.kl_settings.controller, beta=self.kl_settings.coef,
                                target=self.kl_settings.target, horizon=self.kl_settings.horizon)
         self.reference = ReferencePolicy(language_model, self.kl_settings.reference)
-        # More than one worker: the update runs in that many FSDP worker processes
-        # (src.training.sharded_learner), this process samples and scores.
+        # More than one worker: the update and the scoring run in that many FSDP worker
+        # processes (src.training.sharded_learner).
         self.learner: Learner | ShardedLearner = (
             Learner(language_model, self.optimizer_settings) if num_trainer_workers == 1
             else ShardedLearner(language_model, self.optimizer_settings, num_trainer_workers,
                                 cpus_per_trainer_worker, gpus_per_trainer_worker))
         self.best_value: float | None = None
         self._new_best: dict[str, Any] | None = None  # the step being committed's, if best
+
+    @classmethod
+    def adapter_only_models(cls, parameters: Mapping[str, object]) -> frozenset[str]:
+        # trainer workers score and update; this process only takes the adapter back
+        workers = int(parameters.get("num_trainer_workers", 1))  # type: ignore[call-overload]
+        return frozenset({"language_model"}) if workers >= 2 else frozenset()
 
     @classmethod
     def oldest_trained(cls, parameters: Mapping[str, object]) -> int | None:

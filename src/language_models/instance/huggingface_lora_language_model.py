@@ -1,6 +1,7 @@
 """A Hugging Face causal LM with a PEFT LoRA adapter: samples with log-probs, scores, trains.
 
-This class owns the weights and the adapter; it is the policy the RL callback trains
+This class owns the weights and the adapter (built with `base_weights: meta`, only the
+adapter: src.language_models.meta_base); it is the policy the RL callback trains
 (`TrainableLanguageModel`) and an engine a rollout pool builds (`InferenceEngine`).
 Sampling is its `Sampler`'s (src.language_models.sampler, chosen by `sampler`), run on
 a copy of the model whose LoRA layers run one fused product per input
@@ -26,6 +27,7 @@ from src.language_models.generate_sampler import GenerateSampler
 from src.language_models.grouped_attention import GROUPED_SDPA
 from src.language_models.kv_cache_sampler import KVCacheSampler
 from src.language_models.language_model import (
+    BaseWeights,
     EnginePlacement,
     Generation,
     InferenceEngine,
@@ -41,8 +43,26 @@ from src.language_models.lora_model_settings import (
     choose_device,
     choose_dtype,
 )
+from src.language_models.meta_base import lora_model_on_meta_base
 from src.language_models.sampler import Sampler
+from src.language_models.static_cache_sampler import StaticCacheSampler
 from src.language_models.token_scoring import score_tokens
+
+
+def decoder_activation_bytes(config: Any, element_size: int,
+                             gradient_checkpointing: bool) -> int:
+    """Bytes a trained token keeps for the backward in a decoder of `config`'s shape. A
+    decoder layer keeps about 20 x hidden + 8 x intermediate elements a token (its linear
+    layers' and LoRA's inputs, attention's q/k/v/output, the MLP's gate, up and
+    activation, the norms' inputs): 14.0 MB at the Qwen2.5-7B shape in bf16, against 15 MB
+    measured there. With gradient checkpointing a layer keeps its input, and one layer at
+    a time the rest. The head adds the logits, their float32 log-softmax and its
+    gradient."""
+    layer = (20 * config.hidden_size + 8 * config.intermediate_size) * element_size
+    layers = config.num_hidden_layers
+    kept = (layers * config.hidden_size * element_size + layer if gradient_checkpointing
+            else layers * layer)
+    return kept + config.vocab_size * (element_size + 8)
 
 
 class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
@@ -77,11 +97,15 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
         adapter_path: str | None = None,
         gradient_checkpointing: bool = False,  # less activation memory, more compute
         # kv_cache: the decode loop of src.language_models.kv_cache_sampler, for speed on
-        # multi-turn batches; generate: transformers' own model.generate, for models or
-        # cache types that loop does not cover and as a reference to check it against
-        sampler: Literal["kv_cache", "generate"] = "kv_cache",
-        # (kv_cache) a multi-turn episode's next turn reuses its previous turn's keys and
-        # values and feeds only the new tokens; dropped whenever the weights change
+        # multi-turn batches; static_cache: that loop over a static cache, each decode
+        # step a replayed CUDA graph on a GPU (src.language_models.static_cache_sampler);
+        # generate: transformers' own model.generate, for models or cache types those
+        # loops do not cover and as a reference to check them against; auto: static_cache
+        # on CUDA, kv_cache elsewhere
+        sampler: Literal["auto", "kv_cache", "static_cache", "generate"] = "auto",
+        # (kv_cache, static_cache) a multi-turn episode's next turn reuses its previous
+        # turn's keys and values and feeds only the new tokens; dropped whenever the
+        # weights change
         prefix_caching: bool = True,
         # auto: grouped_sdpa on CPU (grouped key/value heads are not copied each step; a
         # decode step is two small products over the cache), transformers' sdpa on CUDA;
@@ -96,33 +120,51 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
         # rows that share a prefix (a group's prompt) are scored as one packed sequence
         # with the prefix once; log-probs and gradients match the plain path's to 1e-5
         shared_prefix_training: bool = True,
+        # load: the base weights in this process. meta: the base model without them (on the
+        # meta device), only the adapter real (src.language_models.meta_base), for the driver
+        # of a run whose rollouts come from a rollout pool and whose update runs in trainer
+        # workers: it hands out and saves the adapter, and neither samples nor scores. Left
+        # out of a run's config, the run chooses (src.experiment.assembly)
+        base_weights: BaseWeights = "load",
     ) -> None:
         self.model_name_or_path = model_name_or_path
         self.training_autocast = training_autocast
         self._gradient_checkpointing = gradient_checkpointing
         self._role_dict = role_dict_with_defaults(role_dict)
         self.lora_settings = lora_config or LoRASettings()
-        self._device = choose_device(device)
-        self.dtype = choose_dtype(dtype, self.device)
+        self.base_weights = base_weights
+        configured = choose_device(device)
+        # Without base weights the adapter is all this process holds, in CPU memory; the
+        # dtype stays the configured device's: the trainer workers' replicas take it.
+        self._device = torch.device("cpu") if base_weights == "meta" else configured
+        self.dtype = choose_dtype(dtype, configured)
         path = resolve_model_path(model_name_or_path)
         self._tokenizer = AutoTokenizer.from_pretrained(path)
         # built before the weights: loading an adapter tells it the weights changed
+        if sampler == "auto":
+            sampler = "static_cache" if self.device.type == "cuda" else "kv_cache"
         self._sampler: Sampler = (
             KVCacheSampler(self.device, self.pad_id, prefix_caching) if sampler == "kv_cache"
-            else GenerateSampler(self.device, self.pad_id))
+            else StaticCacheSampler(self.device, self.pad_id, prefix_caching)
+            if sampler == "static_cache" else GenerateSampler(self.device, self.pad_id))
         self._attn_implementation = attn_implementation  # as asked: a replica resolves "auto"
         if attn_implementation == "auto":  # see grouped_attention; CUDA kernels prefer sdpa
             attn_implementation = "sdpa" if self.device.type == "cuda" else GROUPED_SDPA
-        base = AutoModelForCausalLM.from_pretrained(
-            path, dtype=self.dtype, attn_implementation=attn_implementation).to(self.device)
-        if gradient_checkpointing:
-            base.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False})
         settings = self.lora_settings
-        self.model: PeftModel = get_peft_model(base, LoraConfig(
+        lora = LoraConfig(
             r=settings.r, lora_alpha=settings.lora_alpha, target_modules=settings.target_modules,
             lora_dropout=settings.lora_dropout, bias=settings.bias, task_type=settings.task_type,
-            init_lora_weights=True))  # B = 0: the policy starts exactly at the base model
+            init_lora_weights=True)  # B = 0: the policy starts exactly at the base model
+        self.model: PeftModel
+        if base_weights == "meta":
+            self.model = lora_model_on_meta_base(path, lora, self.dtype, attn_implementation)
+        else:
+            base = AutoModelForCausalLM.from_pretrained(
+                path, dtype=self.dtype, attn_implementation=attn_implementation).to(self.device)
+            if gradient_checkpointing:
+                base.gradient_checkpointing_enable(
+                    gradient_checkpointing_kwargs={"use_reentrant": False})
+            self.model = get_peft_model(base, lora)
         config = self.model.peft_config["default"]
         if isinstance(config.target_modules, set):  # `all-linear` resolved to a set, which
             # adapter_config.json would list in the process's hash order: sorted, a run's
@@ -131,9 +173,10 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
         if adapter_path is not None:
             self.load_adapter(Path(adapter_path), 0)
         self._max_context = max_context_tokens or int(
-            getattr(base.config, "max_position_embeddings", 4096))
+            getattr(self.model.get_base_model().config, "max_position_embeddings", 4096))
         self.shared_prefix_training = shared_prefix_training
-        self._fused = FusedLoRASampler.of(self.model) if fused_sampling else None
+        self._fused = (FusedLoRASampler.of(self.model)
+                       if fused_sampling and base_weights == "load" else None)
         self.eval_mode()
 
     @classmethod
@@ -183,6 +226,7 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
                  seed: int | None = None) -> list[list[Generation]]:
+        self._check_base_weights("sample")
         rows = [list(prompt) for prompt in prompts for _ in range(params.n)]
         if not rows:
             return []
@@ -206,9 +250,18 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
             self._sampler.weights_changed()
         return self._fused.model
 
+    def _check_base_weights(self, use: str) -> None:
+        if self.base_weights == "meta":
+            raise RuntimeError(
+                f"{type(self).__name__} {self.model_name_or_path!r} cannot {use}: this "
+                "process holds no base weights (base_weights: meta, for the driver of a run "
+                "whose rollouts come from a rollout pool and whose update runs in trainer "
+                "workers); sample from the pool, score through the trainer workers")
+
     # ---- TrainableLanguageModel ----------------------------------------------------
     def score(self, batch: TokenBatch, *, temperature: float = 1.0, with_adapter: bool = True,
               with_entropy: bool = False) -> ScoredTokens:
+        self._check_base_weights("score")
         return score_tokens(self.model, batch, device=self.device, pad_id=self.pad_id,
                             temperature=temperature, with_adapter=with_adapter,
                             with_entropy=with_entropy,
@@ -218,6 +271,11 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
     @property
     def packs_shared_prefixes(self) -> bool:
         return self.shared_prefix_training
+
+    def activation_bytes_per_token(self) -> int:
+        element = 2 if self.training_autocast == "bfloat16" else self.dtype.itemsize
+        return decoder_activation_bytes(self.model.get_base_model().config, element,
+                                        self._gradient_checkpointing)
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [parameter for parameter in self.model.parameters() if parameter.requires_grad]
@@ -230,7 +288,8 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
                 "gradient_checkpointing": self._gradient_checkpointing,
                 "prefix_caching": False, "attn_implementation": self._attn_implementation,
                 "training_autocast": self.training_autocast, "fused_sampling": False,
-                "shared_prefix_training": self.shared_prefix_training}
+                "shared_prefix_training": self.shared_prefix_training,
+                "base_weights": "load"}
 
     def shard_for_data_parallel(self) -> None:
         """Each decoder layer becomes one FSDP unit (its weights gathered for its forward

@@ -8,7 +8,7 @@ import inspect
 import logging
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -124,6 +124,13 @@ class RolloutPool(LanguageModel):
         self._placement_groups: list[Any] = []
         self._actors = [self._start_actor() for _ in range(num_engines)]
         self._wait_until_started(list(range(num_engines)))
+
+    @classmethod
+    def adapter_only_models(cls, parameters: Mapping[str, object]) -> frozenset[str]:
+        # the probe after each sync scores with the trainer; colocated engines go on its GPU
+        if parameters.get("verify_sync", True) or parameters.get("colocate_with_trainer"):
+            return frozenset()
+        return frozenset({"trainer"})
 
     # ---- setup ---------------------------------------------------------------------
     def _parameters_for_engines(self, extra: dict[str, Any]) -> dict[str, Any]:

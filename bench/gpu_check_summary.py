@@ -57,8 +57,9 @@ def gpu_step(folder: Path, name: str) -> dict[str, Any] | None:
             "sampling_tokens_per_s": sampling.get("tokens_per_s"),
             "decode_ms_per_step": sampling.get("decode_ms_per_step"),
             "sampling_roofline": sampling.get("roofline"),
-            "micro_batch_budget_tokens": result.get("grpo_step_config", {}).get(
-                "auto_budget_tokens"),
+            "micro_batch_budget_tokens": step.get("micro_batch_budget_tokens",
+                                                  result.get("grpo_step_config", {}).get(
+                                                      "auto_budget_tokens")),
             "grpo_step_roofline": step.get("roofline"),
             "logprob_abs_diff_mean_max": [agreement.get("mean_abs_diff"),
                                           agreement.get("max_abs_diff")],

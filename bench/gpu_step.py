@@ -64,7 +64,6 @@ from src.language_models.language_model import SamplingParams, TokenBatch  # noq
 from src.records.episode import Episode, EpisodeStatus, Outcome, Sample  # noqa: E402
 from src.records.trajectory import Trajectory  # noqa: E402
 from src.runtime.reproducibility import make_reproducible  # noqa: E402
-from src.training.micro_batches import automatic_token_budget  # noqa: E402
 from src.training.settings import KLSettings, OptimizerSettings  # noqa: E402
 
 GIB = 1024**3
@@ -246,6 +245,7 @@ def grpo_step(model: HuggingfaceLoRALanguageModel, episodes: list[Episode], samp
     after = adapter_snapshot(model)
     delta_b = max((after[k] - before[k]).abs().max().item() for k in after if "lora_B" in k)
     delta_a = max((after[k] - before[k]).abs().max().item() for k in after if "lora_A" in k)
+    budget = callback.learner.token_budget()
     del callback
     return {"seconds": seconds, "allocated_before_gib": allocated_before, **memory(model.device),
             "loss": metrics.get("loss"), "loss_finite": bool(torch.isfinite(torch.tensor(
@@ -254,7 +254,7 @@ def grpo_step(model: HuggingfaceLoRALanguageModel, episodes: list[Episode], samp
             "entropy": metrics.get("entropy"),
             "logprob_diff_sampler_trainer": metrics.get("logprob_diff/sampler_trainer"),
             "adapter_max_abs_delta_lora_B": delta_b, "adapter_max_abs_delta_lora_A": delta_a,
-            "adapter_changed": delta_b > 0 or delta_a > 0,
+            "adapter_changed": delta_b > 0 or delta_a > 0, "micro_batch_budget_tokens": budget,
             "policy_version": metrics.get("policy_version"), "metrics": metrics}
 
 
@@ -546,7 +546,6 @@ def main() -> None:
         "tokens": sum(len(t.token_ids) for t in trajectories),
         "completion_tokens": sum(t.completion_token_count for t in trajectories),
         "micro_batch_max_tokens": token_budget(arguments),
-        "auto_budget_tokens": automatic_token_budget(model),
         "gradient_checkpointing": arguments.gradient_checkpointing,
         "learning_rate": arguments.learning_rate, "kl_coef": arguments.kl_coef,
         "loss": "ppo_clip (dual clip 3), token-mean, KL k3 to the base model"}

@@ -197,9 +197,9 @@ class FusedLoRASampler:
         shared = {id(tensor): tensor for tensor in [*base.parameters(), *base.buffers()]}
         self.model = copy.deepcopy(base, memo=shared)
         if self.model.config._attn_implementation == "sdpa":
-            # transformers' sdpa copies grouped key/value heads whenever a mask is given
-            # on CUDA, as a sampler's padded batches always do; the copy, which only
-            # samples, attends with them grouped (the training model keeps its kernels)
+            # transformers' sdpa copies grouped key/value heads whenever a mask is given,
+            # as a sampler's padded batches always do: the copy, which only samples,
+            # decodes with them grouped (the training model keeps its kernels)
             self.model.config._attn_implementation = GROUPED_SDPA
         self._groups: list[tuple[FusedLoRAProjections, list[LoraLayer]]] = []
         for names in shared_input_groups(model, layers):

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from src.language_models.language_model import FinishReason, Generation, SamplingParams
-from src.language_models.sampler import Sampler
+from src.language_models.sampler import Sampler, stop_ids
 
 # The settings from which transformers adds logits processors or stopping criteria, each
 # off: given as `generate`'s arguments they override the model's generation_config.json
@@ -43,7 +43,7 @@ class GenerateSampler(Sampler):
 
     def sample(self, model: torch.nn.Module, rows: list[list[int]], params: SamplingParams,
                end_of_turn_ids: Sequence[int], policy_version: int) -> list[Generation]:
-        stop_ids = sorted(set(end_of_turn_ids) | set(params.stop_token_ids))
+        stops = stop_ids(end_of_turn_ids, params)
         width = max(len(row) for row in rows)
         input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((len(rows), width), dtype=torch.long)
@@ -56,7 +56,7 @@ class GenerateSampler(Sampler):
             **NO_PROCESSING, do_sample=not greedy,
             temperature=None if greedy else params.temperature,
             top_p=None if greedy else params.top_p, max_new_tokens=params.max_new_tokens,
-            eos_token_id=stop_ids, pad_token_id=self.pad_id, output_scores=True,
+            eos_token_id=stops, pad_token_id=self.pad_id, output_scores=True,
             return_dict_in_generate=True)
         sampled = output.sequences[:, width:]
         # scores[t] is step t's distribution after temperature and top-p (raw logits when
@@ -64,11 +64,11 @@ class GenerateSampler(Sampler):
         logprobs = torch.stack([
             torch.log_softmax(scores, dim=-1).gather(-1, sampled[:, step, None]).squeeze(-1)
             for step, scores in enumerate(output.scores)], dim=-1)
-        stops = set(stop_ids)
+        ending = set(stops)
         generations = []
         for tokens, values in zip(sampled.tolist(), logprobs.tolist(), strict=True):
             # a row that stopped is padded after its stop token, until every row stopped
-            end = next((step + 1 for step, token in enumerate(tokens) if token in stops), None)
+            end = next((step + 1 for step, token in enumerate(tokens) if token in ending), None)
             finish: FinishReason = "length" if end is None else "stop"
             generations.append(Generation(tokens[:end], values[:end], finish, policy_version))
         return generations

@@ -21,7 +21,7 @@ from transformers import DynamicCache
 from src.language_models.kv_cache import growing_cache
 from src.language_models.language_model import Generation, SamplingParams
 from src.language_models.prefix_cache import CachedPrefix, PrefixCache
-from src.language_models.sampler import Sampler
+from src.language_models.sampler import Sampler, stop_ids
 from src.language_models.token_draw import sample_from_logits
 
 COMPACT_BELOW = 0.75  # drop finished rows from the decode batch once fewer than this run
@@ -40,13 +40,6 @@ def cached_row(cache: DynamicCache, attention: torch.Tensor, position: int,
         raise RuntimeError(f"cache holds {layers[0][0].shape[1]} positions for "
                            f"{len(token_ids)} fed tokens")
     return CachedPrefix(token_ids, layers)
-
-
-def stop_tensor(end_of_turn_ids: Sequence[int], params: SamplingParams,
-                device: torch.device) -> torch.Tensor:
-    """The ids that end a row: the model's end-of-turn ids and the call's stop ids."""
-    return torch.tensor(sorted(set(end_of_turn_ids) | set(params.stop_token_ids)),
-                        device=device)
 
 
 def next_token_logits(model: torch.nn.Module, input_ids: torch.Tensor,
@@ -79,7 +72,7 @@ class KVCacheSampler(Sampler):
 
     def sample(self, model: torch.nn.Module, rows: list[list[int]], params: SamplingParams,
                end_of_turn_ids: Sequence[int], policy_version: int) -> list[Generation]:
-        stop_ids = stop_tensor(end_of_turn_ids, params, self.device)
+        stops = torch.tensor(stop_ids(end_of_turn_ids, params), device=self.device)
         cache, attention, next_position, logits = self.prefill(model, rows,
                                                                params.max_new_tokens)
         sampled: list[list[int]] = [[] for _ in rows]
@@ -94,7 +87,7 @@ class KVCacheSampler(Sampler):
         for step in range(params.max_new_tokens):
             tokens, token_logprobs = sample_from_logits(logits, params.temperature,
                                                          params.top_p)
-            stopped = torch.isin(tokens, stop_ids) & running
+            stopped = torch.isin(tokens, stops) & running
             token_list, logprob_list = tokens.tolist(), token_logprobs.tolist()
             stop_list, row_list = stopped.tolist(), alive.tolist()
             for position in running.nonzero().squeeze(-1).tolist():

@@ -40,3 +40,8 @@ class Sampler(ABC):
         """The model's weights changed (an update, a loaded adapter): drop anything
         computed from the old ones (none by default)."""
         return None
+
+
+def stop_ids(end_of_turn_ids: Sequence[int], params: SamplingParams) -> list[int]:
+    """The ids that end a row: the model's end-of-turn ids and the call's stop ids."""
+    return sorted(set(end_of_turn_ids) | set(params.stop_token_ids))

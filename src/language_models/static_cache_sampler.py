@@ -26,13 +26,15 @@ import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from src.language_models.kv_cache_sampler import KVCacheSampler, cached_row, stop_tensor
+from src.language_models.kv_cache_sampler import KVCacheSampler, cached_row, next_token_logits
 from src.language_models.language_model import FinishReason, Generation, SamplingParams
+from src.language_models.sampler import stop_ids
 from src.language_models.token_draw import sample_from_logits
 
 LENGTH_BUCKET = 256  # cache lengths are multiples of this
@@ -71,7 +73,8 @@ def plain_index_kernels() -> Iterator[None]:
     """torch's own index kernels, even in the reproducible mode. Copying into one column
     has no repeated index, so the plain kernel writes the same bits in any order; the
     mode's alternative sorts the indices first (more launches a step, and not the kernel
-    known to replay in a CUDA graph)."""
+    known to replay in a CUDA graph). The flag is the process's: nothing else runs kernels
+    while a policy samples in process (overlapped rollouts sample in a pool's processes)."""
     deterministic = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     torch.use_deterministic_algorithms(False)
@@ -98,6 +101,18 @@ class StaticCacheSampler(KVCacheSampler):
     """Samples rows like the KV-cache sampler, decoding over a static cache; on CUDA each
     decode step is a replayed CUDA graph (`capture_graphs`)."""
 
+    @staticmethod
+    def covers(config: Any) -> bool:
+        """Whether models of this (transformers) config decode right here: the step hands
+        attention a mask of its own, which a layer with sliding-window attention would
+        take for its whole context (transformers builds the window into the masks it makes)."""
+        config = config.get_text_config()
+        types = getattr(config, "layer_types", None)
+        if types is not None:
+            return all(kind == "full_attention" for kind in types)
+        return (getattr(config, "sliding_window", None) is None
+                or getattr(config, "use_sliding_window", True) is False)
+
     def __init__(self, device: torch.device, pad_id: int, prefix_caching: bool = True,
                  capture_graphs: bool = True) -> None:
         super().__init__(device, pad_id, prefix_caching)
@@ -112,7 +127,7 @@ class StaticCacheSampler(KVCacheSampler):
                end_of_turn_ids: Sequence[int], policy_version: int) -> list[Generation]:
         if params.max_new_tokens < 2:  # no decode step to capture
             return super().sample(model, rows, params, end_of_turn_ids, policy_version)
-        stop_ids = stop_tensor(end_of_turn_ids, params, self.device)
+        stops = torch.tensor(stop_ids(end_of_turn_ids, params), device=self.device)
         prefilled, attention, next_position, logits = self.prefill(model, rows, 0)
         count, width = attention.shape
         length = -(-(width + params.max_new_tokens) // LENGTH_BUCKET) * LENGTH_BUCKET
@@ -128,7 +143,7 @@ class StaticCacheSampler(KVCacheSampler):
         for step in range(params.max_new_tokens):
             tokens[:, step], logprobs[:, step] = sample_from_logits(
                 logits, params.temperature, params.top_p)
-            stopped |= torch.isin(tokens[:, step], stop_ids)
+            stopped |= torch.isin(tokens[:, step], stops)
             if step == params.max_new_tokens - 1 or (
                     (step + 1) % CHECK_EVERY == 0 and bool(stopped.all())):
                 steps = step + 1
@@ -139,7 +154,7 @@ class StaticCacheSampler(KVCacheSampler):
             state.column += 1
             state.positions += 1
         return self._generations(state, rows, attention, tokens[:, :steps].tolist(),
-                                 logprobs[:, :steps].tolist(), stop_ids, policy_version)
+                                 logprobs[:, :steps].tolist(), stops, policy_version)
 
     def _state(self, like: DynamicCache, bucket: int, length: int) -> DecodeState:
         """The bucket's tensors, made (and its graph dropped) on first use."""
@@ -185,6 +200,10 @@ class StaticCacheSampler(KVCacheSampler):
         run eagerly from then on, with a warning."""
         if not self.capture_graphs:
             return self._forward(model, state)
+        with torch.cuda.device(self.device):  # streams and graphs are the current device's
+            return self._replayed(model, state)
+
+    def _replayed(self, model: torch.nn.Module, state: DecodeState) -> torch.Tensor:
         if state.graph is None:
             try:
                 self._capture(model, state)
@@ -210,25 +229,22 @@ class StaticCacheSampler(KVCacheSampler):
 
     @staticmethod
     def _forward(model: torch.nn.Module, state: DecodeState) -> torch.Tensor:
-        hidden = model.get_decoder()(input_ids=state.tokens, attention_mask=state.mask,
-                                     position_ids=state.positions,
-                                     past_key_values=state.cache,
-                                     use_cache=True).last_hidden_state
-        return model.get_output_embeddings()(hidden[:, -1, :])
+        return next_token_logits(model, state.tokens, state.mask, state.positions,
+                                 state.cache)
 
     def _generations(self, state: DecodeState, rows: list[list[int]], attention: torch.Tensor,
                      tokens: list[list[int]], logprobs: list[list[float]],
-                     stop_ids: torch.Tensor, policy_version: int) -> list[Generation]:
+                     stops: torch.Tensor, policy_version: int) -> list[Generation]:
         """Each row cut after its first stop id; with prefix caching, each row's keys and
         values of what it fed (its prompt and all but its newest token) are kept."""
-        stops = set(stop_ids.tolist())
+        ending = set(stops.tolist())
         width = attention.shape[1]
         fed = torch.zeros((len(rows), state.mask.shape[-1]), dtype=torch.long,
                           device=self.device)
         fed[:, :width] = attention
         generations, ends = [], []
         for row, (row_tokens, row_logprobs) in enumerate(zip(tokens, logprobs, strict=True)):
-            end = next((step + 1 for step, token in enumerate(row_tokens) if token in stops),
+            end = next((step + 1 for step, token in enumerate(row_tokens) if token in ending),
                        None)
             finish: FinishReason = "length" if end is None else "stop"
             generations.append(Generation(row_tokens[:end], row_logprobs[:end], finish,

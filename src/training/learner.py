@@ -8,7 +8,7 @@ update on its `Shard` of the micro-batches."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -74,6 +74,17 @@ def load_trainable(model: TrainableLanguageModel, values: Sequence[torch.Tensor]
         parameter.copy_(value)
 
 
+AUTO_BUDGET_KEY = "auto_micro_batch_max_tokens"  # a checkpoint's resolved `auto` budget
+
+
+def budget_record(settings: OptimizerSettings,
+                  token_budget: Callable[[], int | None]) -> dict[str, int | None]:
+    """The checkpoint entry of a learner whose budget is `auto`: the tokens it resolved."""
+    if settings.micro_batch_max_tokens != "auto":
+        return {}
+    return {AUTO_BUDGET_KEY: token_budget()}
+
+
 class Learner:
     def __init__(self, model: TrainableLanguageModel, settings: OptimizerSettings,
                  shard: Shard | None = None) -> None:
@@ -87,6 +98,7 @@ class Learner:
             weight_decay=settings.weight_decay)
         self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
         self.step = 0  # optimiser steps taken
+        self._token_budget = settings.micro_batch_max_tokens  # `auto` until first needed
 
     def schedule(self, total_steps: int, warmup_ratio: float | None = None,
                  kind: LearningRateSchedule | None = None) -> None:
@@ -104,9 +116,7 @@ class Learner:
         count = max(1, min(self.settings.gradient_accumulation_steps, len(indices)))
         size = math.ceil(len(indices) / count)
         parts = [list(indices[start:start + size]) for start in range(0, len(indices), size)]
-        budget = self.settings.micro_batch_max_tokens
-        if budget == "auto":
-            budget = automatic_token_budget(self.model)
+        budget = self.token_budget()
         if self.model.packs_shared_prefixes:
             sequences = rows.sequences()
             return [micro for part in parts
@@ -114,6 +124,21 @@ class Learner:
         lengths = rows.lengths
         return [micro for part in parts
                 for micro in split_by_token_budget(part, lengths, budget)]
+
+    def token_budget(self) -> int | None:
+        """The micro-batch budget in padded tokens (None: unbounded). `auto` is resolved
+        once, when first needed, and kept: the splits, and with them the rounding of every
+        step, must not move with the memory free at each step; a checkpoint carries it to
+        the resumed run (`save`, `restore`)."""
+        if self._token_budget == "auto":
+            self._token_budget = automatic_token_budget(self.model)
+        return self._token_budget
+
+    def fix_token_budget(self, tokens: int | None) -> None:
+        """Use `tokens` where the setting is `auto` (a checkpoint's, or the one trainer
+        workers agreed on)."""
+        if self.settings.micro_batch_max_tokens == "auto":
+            self._token_budget = tokens
 
     # ---- scoring without gradients -------------------------------------------------
     @torch.no_grad()
@@ -185,13 +210,16 @@ class Learner:
     def save(self, directory: Path, extra: dict[str, Any]) -> None:
         save_training_state(directory, self.model, self.optimizer.state_dict(),
                             self.scheduler.state_dict() if self.scheduler else None,
-                            {"optimizer_step": self.step, **extra})
+                            {"optimizer_step": self.step,
+                             **budget_record(self.settings, self.token_budget), **extra})
 
     def restore(self, directory: Path, restore_optimizer: bool = True) -> dict[str, Any]:
         saved = load_training_state(directory, self.model)
         if restore_optimizer:
             self.load_optimizer_state(saved.optimizer_state, saved.scheduler_state)
         self.step = saved.extra["optimizer_step"]
+        if AUTO_BUDGET_KEY in saved.extra:
+            self.fix_token_budget(saved.extra[AUTO_BUDGET_KEY])
         return saved.extra
 
     def load_optimizer_state(self, optimizer_state: dict[str, Any] | None,

@@ -20,8 +20,10 @@ def automatic_token_budget(model: TrainableLanguageModel) -> int:
     a CPU; on a GPU as many as fill MEMORY_SHARE of the memory torch can still take (the
     device's free memory and what torch's allocator holds unused) at the model's
     `activation_bytes_per_token`, and never fewer than on a CPU."""
+    if model.device.type != "cuda":
+        return CPU_TOKEN_BUDGET
     per_token = model.activation_bytes_per_token()
-    if model.device.type != "cuda" or not per_token:
+    if not per_token:
         return CPU_TOKEN_BUDGET
     free, _ = torch.cuda.mem_get_info(model.device)
     available = (free + torch.cuda.memory_reserved(model.device)

@@ -32,7 +32,8 @@ class OptimizerSettings(_Settings):
     # each micro-batch's padded size (rows x longest row; with shared-prefix training,
     # packs x longest pack) stays under it, a group kept in one pack where it fits.
     # Activation memory grows with it, the loss does not change. auto: 512 on a CPU, on
-    # a GPU what fits 60% of its free memory (src.training.micro_batches)
+    # a GPU what fits 60% of its free memory (src.training.micro_batches) when first
+    # needed, then kept for the run (checkpoints carry it)
     micro_batch_max_tokens: Annotated[int, Field(ge=1)] | Literal["auto"] | None = "auto"
 
 

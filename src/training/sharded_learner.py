@@ -34,7 +34,15 @@ from src.language_models.rollout_pool.cluster import connect_ray, gpus_of
 from src.runtime.reproducibility import is_reproducible
 from src.runtime.worker_process import prepare_worker_process
 from src.training.checkpoints import load_training_state, save_training_state
-from src.training.learner import Learner, Objective, Shard, StepResult, load_trainable
+from src.training.learner import (
+    AUTO_BUDGET_KEY,
+    Learner,
+    Objective,
+    Shard,
+    StepResult,
+    budget_record,
+    load_trainable,
+)
 from src.training.settings import OptimizerSettings
 from src.training.token_metrics import TokenMetrics
 from src.training.token_rows import TokenRows
@@ -97,7 +105,18 @@ class LearnerWorker:
         load_trainable(model, self._shards_of(model, trainable))
         model.shard_for_data_parallel()
         self._learner = Learner(model, self._settings, self._shard)
+        budget = self._learner.token_budget()
+        if budget is not None:  # every worker must cut the same micro-batches: the least
+            agreed = torch.tensor([budget], device="cuda" if backend == "nccl" else "cpu")
+            dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
+            self._learner.fix_token_budget(int(agreed.item()))
         return os.getpid()
+
+    def token_budget(self) -> int | None:
+        return self.learner.token_budget()
+
+    def fix_token_budget(self, tokens: int | None) -> None:
+        self.learner.fix_token_budget(tokens)
 
     @property
     def learner(self) -> Learner:
@@ -244,7 +263,14 @@ class ShardedLearner:
     def save(self, directory: Path, extra: dict[str, Any]) -> None:
         optimizer_state, scheduler_state = self._all("optimizer_state")[0]
         save_training_state(directory, self.model, optimizer_state, scheduler_state,
-                            {"optimizer_step": self.step, **extra})
+                            {"optimizer_step": self.step,
+                             **budget_record(self.settings, self.token_budget), **extra})
+
+    def token_budget(self) -> int | None:
+        """The budget the workers agreed on (the least of theirs, for `auto`)."""
+        import ray
+
+        return ray.get(self._workers[0].token_budget.remote())
 
     def restore(self, directory: Path, restore_optimizer: bool = True) -> dict[str, Any]:
         saved = load_training_state(directory, self.model)
@@ -255,6 +281,8 @@ class ShardedLearner:
                   saved.scheduler_state if restore_optimizer else None)
         if restore_optimizer and saved.optimizer_state is not None:
             self._learning_rate = saved.optimizer_state["param_groups"][0]["lr"]
+        if AUTO_BUDGET_KEY in saved.extra:
+            self._all("fix_token_budget", saved.extra[AUTO_BUDGET_KEY])
         return saved.extra
 
     def close(self) -> None:

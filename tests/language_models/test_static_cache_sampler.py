@@ -6,10 +6,13 @@ to the next."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoConfig, Qwen2Config
 
 from src.language_models.instance.huggingface_lora_language_model import (
     HuggingfaceLoRALanguageModel,
@@ -34,6 +37,23 @@ def prompts_of(model: HuggingfaceLoRALanguageModel) -> list[list[int]]:
     encode = model.tokenizer.encode  # of different lengths: the batch is left-padded
     return [encode("The colour of the sky is"), encode("Two plus two makes four, and three"),
             encode("Hi")]
+
+
+def test_models_with_sliding_windows_keep_the_kv_cache_sampler(tiny_model_path: Path,
+                                                               tmp_path: Path) -> None:
+    """The static cache's own mask would let a sliding-window layer see its whole context:
+    such configs are refused by name, and `auto` would not choose the sampler for them."""
+    assert StaticCacheSampler.covers(Qwen2Config(use_sliding_window=False))
+    assert not StaticCacheSampler.covers(Qwen2Config(use_sliding_window=True,
+                                                     max_window_layers=0))
+    windowed = tmp_path / "windowed"
+    shutil.copytree(tiny_model_path, windowed)
+    config = json.loads((windowed / "config.json").read_text())
+    (windowed / "config.json").write_text(json.dumps({**config, "sliding_window": 8}))
+    assert StaticCacheSampler.covers(AutoConfig.from_pretrained(tiny_model_path))
+    assert not StaticCacheSampler.covers(AutoConfig.from_pretrained(windowed))
+    with pytest.raises(ValueError, match="sliding-window"):
+        HuggingfaceLoRALanguageModel(str(windowed), device="cpu", sampler="static_cache")
 
 
 def test_row_buckets() -> None:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
 from peft.utils import load_peft_weights
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from src.language_models.embedded_model import DEFAULT_MODEL, resolve_model_path
 from src.language_models.fused_lora_sampler import FusedLoRASampler
@@ -50,19 +50,23 @@ from src.language_models.token_scoring import score_tokens
 
 
 def decoder_activation_bytes(config: Any, element_size: int,
-                             gradient_checkpointing: bool) -> int:
+                             gradient_checkpointing: bool) -> int | None:
     """Bytes a trained token keeps for the backward in a decoder of `config`'s shape. A
     decoder layer keeps about 20 x hidden + 8 x intermediate elements a token (its linear
     layers' and LoRA's inputs, attention's q/k/v/output, the MLP's gate, up and
     activation, the norms' inputs): 14.0 MB at the Qwen2.5-7B shape in bf16, against 15 MB
     measured there. With gradient checkpointing a layer keeps its input, and one layer at
     a time the rest. The head adds the logits, their float32 log-softmax and its
-    gradient."""
-    layer = (20 * config.hidden_size + 8 * config.intermediate_size) * element_size
-    layers = config.num_hidden_layers
-    kept = (layers * config.hidden_size * element_size + layer if gradient_checkpointing
-            else layers * layer)
-    return kept + config.vocab_size * (element_size + 8)
+    gradient. None for a config that does not name those sizes (GPT-2's, say)."""
+    config = config.get_text_config()  # a multimodal model's decoder
+    sizes = [getattr(config, name, None) for name in
+             ("hidden_size", "intermediate_size", "num_hidden_layers", "vocab_size")]
+    if not all(isinstance(size, int) for size in sizes):
+        return None
+    hidden, intermediate, layers, vocab = sizes
+    layer = (20 * hidden + 8 * intermediate) * element_size
+    kept = layers * hidden * element_size + layer if gradient_checkpointing else layers * layer
+    return kept + vocab * (element_size + 8)
 
 
 class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
@@ -101,15 +105,16 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
         # step a replayed CUDA graph on a GPU (src.language_models.static_cache_sampler);
         # generate: transformers' own model.generate, for models or cache types those
         # loops do not cover and as a reference to check them against; auto: static_cache
-        # on CUDA, kv_cache elsewhere
+        # on CUDA (unless the model has sliding-window attention), kv_cache elsewhere
         sampler: Literal["auto", "kv_cache", "static_cache", "generate"] = "auto",
         # (kv_cache, static_cache) a multi-turn episode's next turn reuses its previous
         # turn's keys and values and feeds only the new tokens; dropped whenever the
         # weights change
         prefix_caching: bool = True,
         # auto: grouped_sdpa on CPU (grouped key/value heads are not copied each step; a
-        # decode step is two small products over the cache), transformers' sdpa on CUDA;
-        # any transformers name works
+        # decode step is two small products over the cache), transformers' sdpa on CUDA
+        # for training (sampling decodes through grouped_sdpa there too); any
+        # transformers name works
         attn_implementation: str = "auto",
         # bfloat16: fp32 weights, only the trainer's forward and backward under autocast
         training_autocast: Literal["none", "bfloat16"] = "none",
@@ -141,8 +146,14 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
         path = resolve_model_path(model_name_or_path)
         self._tokenizer = AutoTokenizer.from_pretrained(path)
         # built before the weights: loading an adapter tells it the weights changed
+        config = AutoConfig.from_pretrained(path)
         if sampler == "auto":
-            sampler = "static_cache" if self.device.type == "cuda" else "kv_cache"
+            sampler = ("static_cache" if self.device.type == "cuda"
+                       and StaticCacheSampler.covers(config) else "kv_cache")
+        elif sampler == "static_cache" and not StaticCacheSampler.covers(config):
+            raise ValueError(f"sampler static_cache cannot decode {model_name_or_path}: its "
+                             "sliding-window attention needs transformers' own masks (use "
+                             "kv_cache)")
         self._sampler: Sampler = (
             KVCacheSampler(self.device, self.pad_id, prefix_caching) if sampler == "kv_cache"
             else StaticCacheSampler(self.device, self.pad_id, prefix_caching)
@@ -272,7 +283,7 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
     def packs_shared_prefixes(self) -> bool:
         return self.shared_prefix_training
 
-    def activation_bytes_per_token(self) -> int:
+    def activation_bytes_per_token(self) -> int | None:
         element = 2 if self.training_autocast == "bfloat16" else self.dtype.itemsize
         return decoder_activation_bytes(self.model.get_base_model().config, element,
                                         self._gradient_checkpointing)

@@ -157,7 +157,8 @@ class StaticCacheSampler(KVCacheSampler):
                                  logprobs[:, :steps].tolist(), stops, policy_version)
 
     def _state(self, like: DynamicCache, bucket: int, length: int) -> DecodeState:
-        """The bucket's tensors, made (and its graph dropped) on first use."""
+        """The bucket's tensors, made on first use; past MAX_GRAPHS buckets the least
+        recently used goes, with its graph."""
         key = (bucket, length)
         state = self._states.pop(key, None)
         if state is None:

@@ -30,6 +30,13 @@ def trained_looking_policy(path: Path, **parameters: Any) -> HuggingfaceLoRALang
     return model
 
 
+def prompts_of(model: HuggingfaceLoRALanguageModel) -> list[list[int]]:
+    """Three prompts of the samplers' tests."""
+    encode = model.tokenizer.encode  # of different lengths: the batch is left-padded
+    return [encode("The colour of the sky is"), encode("Two plus two makes four, and three"),
+            encode("Hi")]
+
+
 def largest_logprob_difference(model: HuggingfaceLoRALanguageModel,
                                prompts: Sequence[list[int]],
                                generations: Sequence[Sequence[Generation]],

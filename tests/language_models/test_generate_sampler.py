@@ -21,18 +21,13 @@ from src.language_models.language_model import SamplingParams, TokenBatch
 from tests.configuration.test_config_errors import VALID, plan, write
 from tests.language_models.policy_samples import (
     largest_logprob_difference,
+    prompts_of,
     trained_looking_policy,
 )
 
 
 def policy(path: Path, **parameters) -> HuggingfaceLoRALanguageModel:
     return trained_looking_policy(path, dtype="float32", sampler="generate", **parameters)
-
-
-def prompts_of(model: HuggingfaceLoRALanguageModel) -> list[list[int]]:
-    encode = model.tokenizer.encode  # of different lengths: the batch is left-padded
-    return [encode("The colour of the sky is"), encode("Two plus two makes four, and three"),
-            encode("Hi")]
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 1.6])

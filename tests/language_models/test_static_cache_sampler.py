@@ -25,18 +25,13 @@ from src.language_models.static_cache_sampler import (
 )
 from tests.language_models.policy_samples import (
     largest_logprob_difference,
+    prompts_of,
     trained_looking_policy,
 )
 
 
 def policy(path: Path, sampler: str, **parameters) -> HuggingfaceLoRALanguageModel:
     return trained_looking_policy(path, dtype="float32", sampler=sampler, **parameters)
-
-
-def prompts_of(model: HuggingfaceLoRALanguageModel) -> list[list[int]]:
-    encode = model.tokenizer.encode  # of different lengths: the batch is left-padded
-    return [encode("The colour of the sky is"), encode("Two plus two makes four, and three"),
-            encode("Hi")]
 
 
 def test_models_with_sliding_windows_keep_the_kv_cache_sampler(tiny_model_path: Path,

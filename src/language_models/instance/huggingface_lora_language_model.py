@@ -145,12 +145,13 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
         self.dtype = choose_dtype(dtype, configured)
         path = resolve_model_path(model_name_or_path)
         self._tokenizer = AutoTokenizer.from_pretrained(path)
-        # built before the weights: loading an adapter tells it the weights changed
-        config = AutoConfig.from_pretrained(path)
+        # the sampler is chosen from the model's config before any weight loads (a refusal
+        # comes first) and built before the weights: loading an adapter tells it they changed
+        model_config = AutoConfig.from_pretrained(path)
         if sampler == "auto":
             sampler = ("static_cache" if self.device.type == "cuda"
-                       and StaticCacheSampler.covers(config) else "kv_cache")
-        elif sampler == "static_cache" and not StaticCacheSampler.covers(config):
+                       and StaticCacheSampler.covers(model_config) else "kv_cache")
+        elif sampler == "static_cache" and not StaticCacheSampler.covers(model_config):
             raise ValueError(f"sampler static_cache cannot decode {model_name_or_path}: its "
                              "sliding-window attention needs transformers' own masks (use "
                              "kv_cache)")
@@ -176,11 +177,11 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
                 base.gradient_checkpointing_enable(
                     gradient_checkpointing_kwargs={"use_reentrant": False})
             self.model = get_peft_model(base, lora)
-        config = self.model.peft_config["default"]
-        if isinstance(config.target_modules, set):  # `all-linear` resolved to a set, which
-            # adapter_config.json would list in the process's hash order: sorted, a run's
-            # checkpoints are the same bytes whichever process wrote them
-            config.target_modules = sorted(config.target_modules)
+        peft_config = self.model.peft_config["default"]
+        if isinstance(peft_config.target_modules, set):  # `all-linear` resolved to a set,
+            # which adapter_config.json would list in the process's hash order: sorted, a
+            # run's checkpoints are the same bytes whichever process wrote them
+            peft_config.target_modules = sorted(peft_config.target_modules)
         if adapter_path is not None:
             self.load_adapter(Path(adapter_path), 0)
         self._max_context = max_context_tokens or int(

@@ -72,3 +72,21 @@ def final_checkpoint(output: Path, callback_id: str) -> Path:
     assert state["finished"]
     return (output / "callback_state" / callback_id
             / f"checkpoint-{state['completed_batches']:06d}")
+
+
+def run_recipe_cut(tmp_path: Path, recipe: str, settings: str) -> Path:
+    """Run configs/assignments/RECIPE, imported, with `settings` (YAML under
+    assignment_config, indented two spaces: the cut-down rollout and evaluation) in
+    tmp_path/run; assert it finished, and return the run folder."""
+    output = tmp_path / "run"
+    config = tmp_path / "config.yaml"
+    config.write_text(f"import: {PROJECT_ROOT / 'configs' / 'assignments' / recipe}\n"
+                      f"assignment_config:\n  output_dir: {output}\n{settings}")
+    assert run_command(config) == 0
+    assert json.loads((output / "run_state.json").read_text())["finished"]
+    return output
+
+
+def jsonl_rows(path: Path) -> list[dict]:
+    """The rows of a jsonl file (runs.jsonl, metrics.jsonl, an evaluation file)."""
+    return [json.loads(line) for line in path.open()]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import types
 import typing
 from typing import Any
 
@@ -18,6 +19,10 @@ REGISTRY: dict[str, str] = {
     "db_bench_single_skill": "src.tasks.instance.db_bench.task_single_skill.DBBenchSingleSkill",
     "econ_decision": "src.tasks.instance.econ.task.EconDecisionTask",
     "single_turn": "src.tasks.single_turn.SingleTurnTask",
+    "reasoning_gym": "src.tasks.instance.reasoning_gym.task.ReasoningGymTask",
+    "textarena": "src.tasks.instance.textarena.task.TextArenaTask",
+    "verifiers": "src.tasks.instance.verifiers.task.VerifiersTask",
+    "gymnasium_text": "src.tasks.instance.gymnasium_text.task.GymnasiumTextTask",
     "oracle_agent": "src.agents.instance.oracle_agent.OracleAgent",
     "lora_rl_agent": "src.agents.instance.lora_rl_agent.LoRARLAgent",
     "openai_client_agent": "src.agents.instance.openai_client_agent.OpenAIClientAgent",
@@ -98,6 +103,19 @@ def constructor_fields(cls: type) -> dict[str, tuple[Any, Any]]:
     return fields
 
 
+def referenced_class(annotation: Any) -> type | None:
+    """The class of a parameter annotated with a class or an optional one (`LanguageModel`,
+    `LanguageModel | None`); None for any other annotation."""
+    if inspect.isclass(annotation):
+        return annotation
+    arguments = [argument for argument in typing.get_args(annotation)
+                 if argument is not type(None)]
+    if (typing.get_origin(annotation) in (typing.Union, types.UnionType)
+            and len(arguments) == 1 and inspect.isclass(arguments[0])):
+        return arguments[0]
+    return None
+
+
 def validate_parameters(cls: type, parameters: dict[str, Any], key_path: tuple[str | int, ...],
                         source: YamlSource, references: dict[str, type],
                         planned: frozenset[str] = frozenset()) -> dict[str, Any]:
@@ -109,10 +127,12 @@ def validate_parameters(cls: type, parameters: dict[str, Any], key_path: tuple[s
     """
     fields = constructor_fields(cls)
     referenced = {name: field for name, field in fields.items()
-                  if inspect.isclass(field[0]) and any(issubclass(field[0], ref)
+                  if (cls_ := referenced_class(field[0])) is not None
+                  and any(issubclass(cls_, ref)
                                                        for ref in references.values())}
-    for name in referenced:
-        fields[name] = (str, fields[name][1])
+    for name in referenced:  # a name, or None where the parameter is optional
+        fields[name] = (str if inspect.isclass(fields[name][0]) else str | None,
+                        fields[name][1])
     for name in planned:
         fields[name] = (Any, fields[name][1])
     model = create_model(f"{cls.__name__}Parameters",

@@ -27,6 +27,7 @@ from src.configuration.assignment import (
 )
 from src.configuration.components import (
     constructor_fields,
+    referenced_class,
     resolve_class,
     validate_parameters,
 )
@@ -107,7 +108,8 @@ def plan_component(spec: ComponentConfig | NestedComponentConfig,
     parameters = validate_parameters(cls, given, key_path, source,
                                      {"language_model": LanguageModel}, frozenset(nested))
     for name, value in parameters.items():
-        if _is_language_model_type(fields[name][0]) and value not in language_models:
+        if (_is_language_model_type(fields[name][0]) and value is not None
+                and value not in language_models):
             raise source.error(
                 f"names language model '{value}', which is not in language_model_list "
                 f"(have: {', '.join(sorted(language_models)) or 'none'})",
@@ -116,7 +118,9 @@ def plan_component(spec: ComponentConfig | NestedComponentConfig,
 
 
 def _is_language_model_type(annotation: Any) -> bool:
-    return isinstance(annotation, type) and issubclass(annotation, LanguageModel)
+    """A parameter that names a language model (or, optionally, none)."""
+    cls = referenced_class(annotation)
+    return cls is not None and issubclass(cls, LanguageModel)
 
 
 def _only_fitting_model(annotation: type, language_models: Mapping[str, ComponentPlan],
@@ -252,7 +256,8 @@ def _check_overlapped_rollouts(plan: ExperimentPlan) -> None:
     staleness = plan.config.assignment_config.rollout.max_staleness
     fields = constructor_fields(plan.agent.cls)
     samplers = [plan.agent.parameters[name] for name in fields
-                if _is_language_model_type(fields[name][0]) and name in plan.agent.parameters]
+                if _is_language_model_type(fields[name][0])
+                and plan.agent.parameters.get(name) is not None]
     in_process = [name for name in samplers
                   if not plan.language_models[name].cls.holds_policy_copy]
     if not samplers or in_process:
@@ -297,7 +302,7 @@ def instantiate(component: ComponentPlan, language_models: dict[str, LanguageMod
         if isinstance(value, ComponentPlan):
             arguments[name] = instantiate(value, language_models)
         elif _is_language_model_type(fields[name][0]):
-            arguments[name] = language_models[value]
+            arguments[name] = None if value is None else language_models[value]
         else:
             arguments[name] = value
     return component.cls(**arguments)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -107,6 +107,16 @@ class EpisodeEnvironment(Protocol):
     def oracle_reply(self) -> str: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ClientRolloutEnvironment(Protocol):
+    """An episode environment that drives its own conversation against an OpenAI client
+    (another package's protocol, e.g. a verifiers environment): an agent that serves an
+    endpoint (`OpenAIClientAgent` without an agent function) calls it in place of an agent
+    function, with the episode's client and its chat so far, and gets the final reply."""
+
+    def client_rollout(self, client: Any, messages: list[dict[str, str]]) -> str: ...
 
 
 @dataclass

@@ -23,6 +23,7 @@ validation figure was never used to choose anything.
 from __future__ import annotations
 
 import math
+import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,21 @@ def split_sample_ids(split: str, count: int) -> list[str]:
     if split not in SPLITS:
         raise ValueError(f"unknown split '{split}' (splits: {', '.join(SPLITS)})")
     return [split_sample_id(split, index) for index in range(count)]
+
+
+def counted_sample(sample_id: str, counts: Mapping[str, int]) -> tuple[str, int]:
+    """(split, index) of an id among a split's `counts[split]` numbered samples; KeyError
+    for any other id."""
+    split, index = parse_split_sample_id(sample_id)
+    if index >= counts.get(split, 0):
+        raise KeyError(f"no sample '{sample_id}': split '{split}' has {counts.get(split, 0)}")
+    return split, index
+
+
+def derived_seed(*parts: object) -> int:
+    """A 31-bit seed named by `parts` (a task, its seed, a sample id, ...): the same parts
+    give the same seed in every process and run, so a resumed run draws the same."""
+    return zlib.crc32(":".join(map(str, parts)).encode()) & 0x7FFFFFFF
 
 
 def parse_split_sample_id(sample_id: str) -> tuple[str, int]:

@@ -16,7 +16,6 @@ from src.tasks.instance.math_problems.rewards import (
     boxed_answer,
     boxed_number,
     format2,
-    last_boxed_content,
     length_rewards,
     z_normalise,
 )
@@ -69,7 +68,6 @@ def test_boxed_number_and_format2() -> None:
     assert format2("<think>\\boxed{3}</think>") == 1.0
     assert format2("<think>work</think>\\boxed{3}") == 0.0
     assert format2("\\boxed{3}") == 0.0
-    assert last_boxed_content("\\boxed{\\frac{1}{2}} and \\boxed{a{b}}") == "a{b}"
 
 
 def test_cosine_scaling_at_the_pinned_lengths() -> None:

@@ -4,6 +4,9 @@
 
 gets the episode's chat so far (user and assistant messages) and returns its reply; it may
 call `client.chat.completions.create` as often as it likes (the `model` name is not used).
+Without an agent function, each episode's environment drives the conversation itself: it
+must be a `ClientRolloutEnvironment` (e.g. a verifiers environment), whose `client_rollout`
+is called in the function's place.
 Its client talks to an OpenAI-compatible endpoint (`src.agents.openai_endpoint`) served by
 this agent's language model, the policy being trained (in process or a rollout pool), that
 records every call token-exact into the episode's trajectory, so that the RL callback
@@ -48,7 +51,7 @@ from src.configuration.components import import_dotted
 from src.language_models.chat_template import probe_turn_boundary, render_continuation
 from src.language_models.language_model import LanguageModel, SamplingParams
 from src.records.chat import Role
-from src.records.episode import Episode, EpisodeStatus
+from src.records.episode import ClientRolloutEnvironment, Episode, EpisodeStatus
 from src.records.trajectory import Trajectory
 
 AgentFunction = Callable[[Any, list[dict[str, str]]], str]
@@ -56,18 +59,20 @@ ROLES = {Role.USER: "user", Role.AGENT: "assistant"}
 
 
 class OpenAIClientAgent(SamplingAgent):
-    def __init__(self, language_model: LanguageModel, agent_function: str,
+    def __init__(self, language_model: LanguageModel, agent_function: str | None = None,
                  temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 256) -> None:
         """`agent_function`: the dotted path of the function, e.g.
-        `examples.openai_agent.db_bench_agent.reply`."""
+        `examples.openai_agent.db_bench_agent.reply`; None for tasks whose episodes drive
+        their own conversation (`ClientRolloutEnvironment`)."""
         import openai  # the optional client: only this agent needs it
 
         for name in ("httpx", "httpx2"):  # its HTTP client logs every call at INFO
             logging.getLogger(name).setLevel(logging.WARNING)
         self._openai = openai
         self.language_model = language_model
-        self.agent_function: AgentFunction = import_dotted(agent_function)
+        self.agent_function: AgentFunction | None = (
+            None if agent_function is None else import_dotted(agent_function))
         self.sampling = SamplingParams(temperature=temperature, top_p=top_p,
                                        max_new_tokens=max_new_tokens)
         self._boundary = probe_turn_boundary(language_model, None)
@@ -127,6 +132,7 @@ class OpenAIClientAgent(SamplingAgent):
 
     # ---- Agent hooks ---------------------------------------------------------------
     def _start_episode(self, episode: Episode) -> None:
+        self._function_for(episode)  # a task it cannot serve: said before any call
         episode.trajectory = Trajectory()
         session = EpisodeSession(self._session_key(episode),
                                  EpisodeCalls(episode.trajectory, self._boundary))
@@ -136,6 +142,17 @@ class OpenAIClientAgent(SamplingAgent):
         episode.info["endpoint_session"] = session.key  # the `id` of its responses
         self._sessions[id(episode)] = (episode, session)
         self.endpoint.sessions[session.key] = session
+
+    def _function_for(self, episode: Episode) -> AgentFunction:
+        """The agent function, or else the episode environment's own `client_rollout`."""
+        if self.agent_function is not None:
+            return self.agent_function
+        if not isinstance(episode.task, ClientRolloutEnvironment):
+            raise TypeError(
+                f"openai_client_agent has no agent_function, so each episode's environment "
+                f"must drive its conversation itself (a client_rollout method), and "
+                f"{type(episode.task).__name__} does not: give the agent an agent_function")
+        return episode.task.client_rollout
 
     def _session_key(self, episode: Episode) -> str:
         """A URL-safe key from the episode's identity (so a resumed run logs the same)."""
@@ -163,8 +180,8 @@ class OpenAIClientAgent(SamplingAgent):
             messages = [{"role": ROLES[message.role], "content": message.content}
                         for message in episodes[index].chat]
             try:
-                results[index] = self.agent_function(self._client(sessions[index].key),
-                                                     messages)
+                function = self._function_for(episodes[index])
+                results[index] = function(self._client(sessions[index].key), messages)
             except BaseException as error:  # noqa: BLE001 - the user's code: any failure ends its episode
                 results[index] = error
             finally:

@@ -17,32 +17,12 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from src.maths.groups import group_zscore
+from src.tasks.answers import answer_part, last_boxed_content
 from src.tasks.instance.math_problems.verification import verify_bounded
 from src.tasks.instance.math_problems.verl_reward import CUSTOM
 from src.tasks.rubric import RewardFunction, Rubric
 
-_BOXED = re.compile(r"\\boxed\{")
 _NUMBER = re.compile(r"^\s*-?\d+(?:\.\d+)?\s*$")
-
-
-def last_boxed_content(text: str) -> str | None:
-    """The content of the last balanced `\\boxed{...}`, or None."""
-    starts = [match.end() for match in _BOXED.finditer(text)]
-    for start in reversed(starts):
-        depth = 1
-        for position in range(start, len(text)):
-            if text[position] == "{":
-                depth += 1
-            elif text[position] == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[start:position]
-    return None
-
-
-def answer_part(completion: str) -> str:
-    """The text after the reasoning block, where the final answer is expected."""
-    return completion.split("</think>")[-1]
 
 
 def is_correct(completion: str, gold: str) -> bool:

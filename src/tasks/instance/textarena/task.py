@@ -1,0 +1,268 @@
+"""TextArena games as multi-turn tasks: one game per episode, the game's own rewards.
+
+`TextArenaTask` makes the game `env_id` (with `env_kwargs`) for every episode and plays
+it: the game's observations are the user turns, each new turn only what is new since the
+agent's last move (TextArena's observation wrappers, which repeat the whole history, are
+taken off; its action wrappers stay); the agent's reply is the move. The reward is the
+game's own reward for the agent's player; the outcome is correct when the agent won.
+Metrics: `won`, `drawn`, `lost`, `invalid_move` (the game ended on the agent's invalid
+move), `invalid_moves` (the agent's invalid moves the game let it retry), `turn_limit`
+(`max_turns` replies without an end: reward 0) and `game_reward`.
+
+A sample is a game: its seed comes from the task's seed and the sample id, so every
+episode of a group plays the same game, and a resumed run replays the same games.
+TextArena draws from Python's global `random` (and some games from NumPy's): each episode
+runs its game on streams of its own (`src.tasks.random_streams`), so that games stepped in
+lockstep, or in a resumed run, draw exactly what they would alone.
+
+Two-player games need an opponent for the other player:
+- `opponent`: a language model of `language_model_list` by name, sampling the opponent's
+  moves from its own chat (rendered afresh each move; its tokens are never trained). A
+  second entry of the start policy that no trainer names is a frozen copy; the trained
+  policy's own name is self-play, where the policy plays both sides but only the agent's
+  player's replies (`player`) are trained on; the opponent's moves reach the agent's chat
+  as the game reports them;
+- `opponent_function`: a plain function `f(observation: str) -> str` by dotted path.
+`player` is the agent's side: 0, 1, or `alternate` (even sample indices play 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from src.configuration.components import import_dotted
+from src.language_models.chat_template import render_chat
+from src.language_models.language_model import LanguageModel, SamplingParams
+from src.records.episode import Outcome, Sample
+from src.tasks.instance.optional_packages import import_optional
+from src.tasks.random_streams import RandomStreams
+from src.tasks.task import (
+    EpisodeEnv,
+    StepOutcome,
+    Task,
+    counted_sample,
+    derived_seed,
+    split_sample_ids,
+)
+
+textarena = import_optional("textarena", "textarena")
+
+OpponentFunction = Callable[[str], str]
+GAME_ID = -1  # TextArena's sender id of the game's own messages
+
+
+class TextArenaTask(Task["TextArenaEpisode"]):
+    def __init__(
+        self,
+        env_id: str,  # a registered TextArena id, e.g. GuessTheNumber-v0, TicTacToe-v0
+        env_kwargs: dict[str, Any] | None = None,  # passed to textarena.make
+        num_train: int = 256,  # games (seeds) of each split
+        num_validation: int = 64,
+        num_selection: int = 0,
+        seed: int = 0,
+        max_turns: int = 30,  # the agent's replies before the episode is cut (reward 0)
+        player: Literal[0, 1, "alternate"] = 0,  # the agent's side in a game of two
+        opponent: LanguageModel | None = None,  # see the module docstring
+        opponent_function: str | None = None,
+        opponent_temperature: float = 1.0,
+        opponent_max_new_tokens: int = 64,
+        instruction: str = "",  # added after the game's first message
+    ) -> None:
+        super().__init__(max_round=max_turns)
+        if opponent is not None and opponent_function is not None:
+            raise ValueError("give opponent (a language model) or opponent_function, not both")
+        self.env_id = env_id
+        self.env_kwargs = dict(env_kwargs or {})
+        self.counts = {"train": num_train, "validation": num_validation,
+                       "selection": num_selection}
+        self.seed = seed
+        self.player = player
+        self.opponent_model = opponent
+        self.opponent_function: OpponentFunction | None = (
+            import_dotted(opponent_function) if opponent_function else None)
+        self.opponent_sampling = SamplingParams(temperature=opponent_temperature,
+                                                max_new_tokens=opponent_max_new_tokens)
+        self.instruction = instruction
+        self.num_players = 2 if opponent is not None or opponent_function else 1
+        self._check_game()
+
+    def _check_game(self) -> None:
+        """Make and reset one game now, so that a wrong id, argument or player count is a
+        configuration error, not every episode's failure."""
+        try:
+            game = make_game(self.env_id, self.env_kwargs)
+            with RandomStreams(0).active():
+                game.reset(num_players=self.num_players, seed=0)
+        except AssertionError as error:  # TextArena checks the player count so
+            raise ValueError(
+                f"{self.env_id} cannot be played by {self.num_players} player(s): {error} "
+                f"(a game of two needs `opponent` or `opponent_function`)") from error
+        except ValueError as error:
+            raise ValueError(f"textarena.make('{self.env_id}', **{self.env_kwargs}) failed: "
+                             f"{error}") from error
+
+    def sample_ids(self, split: str = "train") -> Sequence[str]:
+        return split_sample_ids(split, self.counts.get(split, 0))
+
+    def _get_sample(self, sample_id: str) -> Sample:
+        _, index = counted_sample(sample_id, self.counts)
+        game_seed = derived_seed("textarena", self.seed, sample_id)
+        player = index % 2 if self.player == "alternate" else self.player
+        if self.num_players == 1:
+            player = 0
+        return Sample(sample_id=sample_id, category=self.env_id,
+                      data={"game_seed": game_seed, "player": player})
+
+    def new_episode(self) -> TextArenaEpisode:
+        return TextArenaEpisode(self)
+
+
+def make_game(env_id: str, env_kwargs: dict[str, Any]) -> Any:
+    """`textarena.make(env_id, **env_kwargs)` with its observation wrappers unlinked (they
+    repeat the whole history each turn); action wrappers stay."""
+    game = textarena.make(env_id, **env_kwargs)
+    while isinstance(game, textarena.ObservationWrapper):
+        game = game.env
+    layer = game
+    while isinstance(layer, textarena.Wrapper):
+        while isinstance(layer.env, textarena.ObservationWrapper):
+            layer.env = layer.env.env
+        layer = layer.env
+    return game
+
+
+class TextArenaEpisode(EpisodeEnv[TextArenaTask]):
+    """One game, the agent playing `sample.data['player']`."""
+
+    def __init__(self, family: TextArenaTask) -> None:
+        super().__init__(family)
+        self._game: Any = None
+        self._streams = RandomStreams(0)
+        self._player = 0
+        self._invalid_moves = 0
+        self._opponent_chat: list[tuple[str, str]] = []  # (role, text) of the opponent
+        self._opponent_seed = 0
+
+    def _reset(self, sample: Sample) -> str:
+        family = self.family
+        self._player = sample.data["player"]
+        self._invalid_moves = 0
+        self._opponent_chat = []
+        self._streams = RandomStreams(sample.data["game_seed"])
+        # the rollout's seed for this episode slot: the opponent's sampling
+        self._opponent_seed = int(self.np_random.integers(2**31))
+        self._game = make_game(family.env_id, family.env_kwargs)
+        with self._streams.active():
+            self._game.reset(num_players=family.num_players, seed=sample.data["game_seed"])
+        self._play_opponent()
+        observation = self._observation()
+        return f"{observation}\n{family.instruction}" if family.instruction else observation
+
+    def _step(self, action: str) -> StepOutcome:
+        with self._streams.active():
+            errors_before = getattr(self._game.state, "error_count", 0)
+            done, _ = self._game.step(action=action)
+            if not done and getattr(self._game.state, "error_count", 0) > errors_before:
+                self._invalid_moves += 1
+        if not done:
+            done = self._play_opponent()
+        if done:
+            return self._end()
+        metrics = self._metrics(0.0, won=False, drawn=False, invalid=False, ended=False)
+        metrics["turn_limit"] = float(self.round_index >= self.family.max_round)
+        return StepOutcome(observation=self._observation(), metrics=metrics)
+
+    def _oracle_reply(self) -> str:
+        raise NotImplementedError("a TextArena game has no reference moves to replay")
+
+    def close(self) -> None:
+        self._game = None
+
+    # ---- the game ------------------------------------------------------------------
+    def _observation(self) -> str:
+        """What is new for the agent since its last move, its own moves left out."""
+        with self._streams.active():
+            _, messages = self._game.get_observation()
+        return self._render(messages, self._player)
+
+    def _render(self, messages: Sequence[tuple[int, str, Any]], player: int) -> str:
+        roles = getattr(self._game.state, "role_mapping", {}) or {}
+        lines = []
+        for sender, text, kind in messages:
+            if sender == player and kind == textarena.ObservationType.PLAYER_ACTION:
+                continue  # the player's own move: already its reply in the chat
+            if kind == textarena.ObservationType.PROMPT:
+                lines.append(str(text).strip("\n"))
+            else:
+                name = "GAME" if sender == GAME_ID else roles.get(sender, f"Player {sender}")
+                lines.append(f"[{name}] {str(text).strip(chr(10))}")
+        return "\n".join(lines)
+
+    def _play_opponent(self) -> bool:
+        """The opponent's moves until it is the agent's turn; whether the game ended."""
+        while True:
+            with self._streams.active():
+                state = self._game.state
+                if state.done:
+                    return True
+                if state.current_player_id == self._player:
+                    return False
+                opponent_id, messages = self._game.get_observation()
+            move = self._opponent_move(self._render(messages, opponent_id))
+            with self._streams.active():
+                done, _ = self._game.step(action=move)
+            if done:
+                return True
+
+    def _opponent_move(self, observation: str) -> str:
+        family = self.family
+        if family.opponent_function is not None:
+            return str(family.opponent_function(observation))
+        model = family.opponent_model
+        assert model is not None
+        self._opponent_chat.append(("user", observation))
+        prompt = self._opponent_prompt(model)
+        self._opponent_seed = (self._opponent_seed * 1_000_003 + 7) % (2**31)
+        generation = model.generate([prompt], family.opponent_sampling,
+                                    seed=self._opponent_seed)[0][0]
+        ids = [token for token in generation.token_ids
+               if token not in set(model.end_of_turn_ids())]
+        move = model.tokenizer.decode(ids, skip_special_tokens=True)
+        self._opponent_chat.append(("agent", move))
+        return move
+
+    def _opponent_prompt(self, model: LanguageModel) -> list[int]:
+        """The opponent's chat rendered by its template: its first message and as many of
+        the latest as fit its context with room for a move."""
+        room = model.max_context_tokens - self.family.opponent_sampling.max_new_tokens
+        chat = list(self._opponent_chat)
+        while True:
+            text = render_chat(model, None, chat, generation_prompt=True)
+            ids = model.tokenizer(text, add_special_tokens=False)["input_ids"]
+            if len(ids) <= room or len(chat) <= 2:
+                return ids[-room:]
+            chat = [chat[0], *chat[3:]]  # drop the oldest exchange after the first message
+
+    def _end(self) -> StepOutcome:
+        with self._streams.active():
+            rewards, game_info = self._game.close()
+        rewards = rewards or {}
+        reward = float(rewards.get(self._player, 0.0))
+        info = (game_info or {}).get(self._player, {})
+        invalid = bool(info.get("invalid_move", False))
+        won = reward >= 1.0 and not invalid  # TextArena's win is 1; partial credit is less
+        drawn = (self.family.num_players > 1 and len(set(rewards.values())) == 1
+                 and not invalid)
+        return StepOutcome(observation="", reward=reward, terminated=True,
+                           outcome=Outcome.CORRECT if won else Outcome.INCORRECT,
+                           metrics=self._metrics(reward, won=won, drawn=drawn, invalid=invalid, ended=True)
+                           | {"turn_limit": 0.0},
+                           info={"game_end": str(info.get("reason", ""))[:500]})
+
+    def _metrics(self, reward: float, *, won: bool, drawn: bool, invalid: bool,
+                 ended: bool) -> dict[str, float]:
+        return {"won": float(won), "drawn": float(drawn),
+                "lost": float(ended and not won and not drawn),
+                "invalid_move": float(invalid), "invalid_moves": float(self._invalid_moves),
+                "game_reward": reward}

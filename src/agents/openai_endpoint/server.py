@@ -65,6 +65,14 @@ class EpisodeSession:
 Answer = Callable[[EpisodeSession, ChatCompletionRequest], dict[str, Any]]
 
 
+class _Server(ThreadingHTTPServer):
+    # every episode of a batch calls at the same moment, each on a connection of its own;
+    # the socket server's default listen queue (5) drops the rest, whose clients then read
+    # a reset connection
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 class ChatCompletionsEndpoint:
     """Serves on 127.0.0.1 at a free port, in daemon threads, until `close`."""
 
@@ -110,8 +118,7 @@ class ChatCompletionsEndpoint:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 pass  # one line per call would drown the run's log
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
                                         name="chat-completions-endpoint")
         self._thread.start()

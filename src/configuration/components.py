@@ -93,7 +93,7 @@ def resolve_class(spec: ComponentConfig | NestedComponentConfig,
 
 def constructor_fields(cls: type) -> dict[str, tuple[Any, Any]]:
     """The constructor's parameters as pydantic field definitions."""
-    hints = typing.get_type_hints(cls.__init__)
+    hints = typing.get_type_hints(cls.__init__, include_extras=True)  # keeps Field bounds
     fields: dict[str, tuple[Any, Any]] = {}
     for name, parameter in inspect.signature(cls.__init__).parameters.items():
         if name == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):

@@ -19,13 +19,15 @@ How an in-process policy samples its own weights is its `Sampler`'s business
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
+from pydantic import Field
 
 FinishReason = Literal["stop", "length"]
 # A trainable model that can be built without its base weights takes this parameter:
@@ -42,6 +44,13 @@ def role_dict_with_defaults(role_dict: dict[str, str] | None) -> dict[str, str]:
     return {role: given.get(role, default) for role, default in DEFAULT_ROLE_DICT.items()}
 
 
+# A sampling setting as a constructor parameter: a config's value out of range is refused
+# where the config is read (file, line and key named), not as an index error mid-run
+Temperature = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]  # 0: greedy
+TopP = Annotated[float, Field(gt=0.0, le=1.0)]  # the nucleus's share of the probability
+NewTokens = Annotated[int, Field(ge=1)]
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     n: int = 1
@@ -49,6 +58,15 @@ class SamplingParams:
     top_p: float = 1.0
     max_new_tokens: int = 256
     stop_token_ids: tuple[int, ...] = ()  # besides the tokenizer's end-of-turn tokens
+
+    def __post_init__(self) -> None:
+        if not (self.temperature >= 0.0 and math.isfinite(self.temperature)):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1 or self.n < 1:
+            raise ValueError(f"max_new_tokens and n must be at least 1, got "
+                             f"{self.max_new_tokens} and {self.n}")
 
 
 @dataclass

@@ -50,6 +50,7 @@ from src.training.offline_groups import (
     softmax_weights,
 )
 from src.training.policy_losses import ClipRange, PPOClip
+from src.training.safe_load import load_plain
 from src.training.settings import OptimizerSettings
 from src.training.token_metrics import TokenMetrics
 from src.training.token_rows import TokenRows
@@ -164,7 +165,7 @@ class OfflineGroupTrainer(Stateful):
         exactly the ones the interrupted run trained against."""
         path = self.state_dir / name / "logprobs.pt"
         if path.is_file():
-            return torch.load(path)
+            return load_plain(path)
         values = compute()
         with atomic_directory(path.parent) as folder:
             torch.save(values, folder / path.name)

@@ -13,6 +13,7 @@ committed it, so that a kill in between never leaves a best/ from a discarded ba
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import torch
 from src.language_models.language_model import TrainableLanguageModel
 from src.storage.files import atomic_directory, atomic_write_json, remove_stale_temporaries
 from src.training.rng_state import load_rng_state, save_rng_state
+from src.training.safe_load import load_plain
 
 ADAPTER = "lora_weights"
 OPTIMIZER = "optimizer_state.pt"
@@ -60,7 +62,7 @@ def load_training_state(directory: Path, model: TrainableLanguageModel) -> Saved
     this process; the optimiser and schedule state are returned for their owner."""
     extra = json.loads((directory / TRAINING_STEP).read_text(encoding="utf-8"))
     model.load_adapter(directory / ADAPTER, extra["policy_version"])
-    saved = torch.load(directory / OPTIMIZER, weights_only=False)
+    saved = load_plain(directory / OPTIMIZER)
     load_rng_state(directory / RNG)
     return SavedTrainingState(extra, saved["optimizer"], saved["scheduler"])
 
@@ -69,8 +71,9 @@ def improves(value: float | None, best: float | None,
              mode: Literal["max", "min"] = "max") -> bool:
     """The best-checkpoint rule of every pipeline: a step is a new best when its value is
     strictly better than the best so far, so that the earliest of equal values stays best;
-    a step without the value never is."""
-    if value is None:
+    a step without the value, or with a value that is not a finite number (a NaN would
+    stay best forever: nothing compares above it), never is."""
+    if value is None or not math.isfinite(value):
         return False
     return best is None or (value > best if mode == "max" else value < best)
 

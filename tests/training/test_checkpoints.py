@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from src.training.checkpoints import CheckpointStore, mark_best
+from src.training.checkpoints import CheckpointStore, improves, mark_best
 
 
 def _checkpoint(store: CheckpointStore, step: int, best: bool = False) -> None:
@@ -38,3 +38,14 @@ def test_best_is_promoted_only_when_asked_and_only_once(tmp_path: Path) -> None:
     best = tmp_path / "state" / "best"
     assert json.loads((best / "best.json").read_text()) == {"metric": "reward", "step": 1}
     assert (best / "lora_weights" / "adapter_model.safetensors").read_text() == "weights 1"
+
+
+def test_the_best_rule_never_takes_a_value_that_is_not_a_finite_number() -> None:
+    # a NaN taken as the first best would stay best forever: nothing compares above it
+    best = None
+    for value in (float("nan"), 0.25, float("inf"), 0.5, float("nan"), 0.5, 0.4):
+        if improves(value, best):
+            best = value
+    assert best == 0.5
+    assert not improves(float("-inf"), None, mode="min")
+    assert improves(0.1, 0.2, mode="min") and not improves(None, 0.2)

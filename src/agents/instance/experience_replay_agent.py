@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from src.agents.instance.lora_rl_agent import LoRARLAgent
-from src.language_models.language_model import LanguageModel
+from src.language_models.language_model import LanguageModel, NewTokens, Temperature, TopP
 from src.records.episode import Episode, Outcome
 from src.storage.files import atomic_write_json
 from src.storage.state import Stateful
@@ -36,9 +36,9 @@ class ExperienceReplayAgent(LoRARLAgent, Stateful):
         self,
         language_model: LanguageModel,
         system_prompt: str | None = None,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        max_new_tokens: int = 256,
+        temperature: Temperature = 1.0,
+        top_p: TopP = 1.0,
+        max_new_tokens: NewTokens = 256,
         num_examples: int = 1,  # the most recent successes shown before each episode
         same_category: bool = True,  # only successes of the sample's category
         memory_size: int = 256,  # successes kept, the oldest dropped first

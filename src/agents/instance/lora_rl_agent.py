@@ -14,7 +14,13 @@ from collections.abc import Sequence
 
 from src.agents.agent import AgentReply, SamplingAgent
 from src.language_models.chat_template import probe_turn_boundary, render_chat
-from src.language_models.language_model import LanguageModel, SamplingParams
+from src.language_models.language_model import (
+    LanguageModel,
+    NewTokens,
+    SamplingParams,
+    Temperature,
+    TopP,
+)
 from src.records.chat import Role
 from src.records.episode import Episode, EpisodeStatus
 from src.records.trajectory import Trajectory
@@ -29,12 +35,12 @@ class LoRARLAgent(SamplingAgent):
         self,
         language_model: LanguageModel,  # the policy, or a rollout pool that serves it
         system_prompt: str | None = None,  # rendered by the chat template before the chat
-        temperature: float = 1.0,  # 0: greedy (evaluation only: RL cannot train on it)
-        top_p: float = 1.0,  # must be 1 for RL training (the update refuses nucleus samples)
+        temperature: Temperature = 1.0,  # 0: greedy (evaluation only: RL cannot train on it)
+        top_p: TopP = 1.0,  # must be 1 for RL training (the update refuses nucleus samples)
         # the generation budget per turn; also Dr. GRPO's default `ppo.norm_length`. An
         # episode whose next prompt plus this would not fit the model's context ends as
         # `agent_context_limit`
-        max_new_tokens: int = 256,
+        max_new_tokens: NewTokens = 256,
     ) -> None:
         self.language_model = language_model
         self.system_prompt = system_prompt

@@ -49,7 +49,13 @@ from src.agents.openai_endpoint.tool_calls import (
 )
 from src.configuration.components import import_dotted
 from src.language_models.chat_template import probe_turn_boundary, render_continuation
-from src.language_models.language_model import LanguageModel, SamplingParams
+from src.language_models.language_model import (
+    LanguageModel,
+    NewTokens,
+    SamplingParams,
+    Temperature,
+    TopP,
+)
 from src.records.chat import Role
 from src.records.episode import ClientRolloutEnvironment, Episode, EpisodeStatus
 from src.records.trajectory import Trajectory
@@ -60,8 +66,8 @@ ROLES = {Role.USER: "user", Role.AGENT: "assistant"}
 
 class OpenAIClientAgent(SamplingAgent):
     def __init__(self, language_model: LanguageModel, agent_function: str | None = None,
-                 temperature: float = 1.0, top_p: float = 1.0,
-                 max_new_tokens: int = 256) -> None:
+                 temperature: Temperature = 1.0, top_p: TopP = 1.0,
+                 max_new_tokens: NewTokens = 256) -> None:
         """`agent_function`: the dotted path of the function, e.g.
         `examples.openai_agent.db_bench_agent.reply`; None for tasks whose episodes drive
         their own conversation (`ClientRolloutEnvironment`)."""

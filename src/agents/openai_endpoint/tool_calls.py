@@ -63,21 +63,20 @@ def parse_hermes(text: str, call_id_prefix: str) -> ParsedReply:
 
 
 def _read_call(body: str) -> tuple[str, str] | None:
+    """The (name, arguments as JSON text) of a call block, or None where it is malformed;
+    model text nested deeper than the JSON reader's recursion is malformed too."""
     try:
         call = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-        return None
-    arguments = call.get("arguments", {})
-    if isinstance(arguments, str):  # some models write the arguments as a JSON text
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
             return None
-    if not isinstance(arguments, dict):
+        arguments = call.get("arguments", {})
+        if isinstance(arguments, str):  # some models write the arguments as a JSON text
+            arguments = json.loads(arguments)
+        if not isinstance(arguments, dict):
+            return None
+        return call["name"], json.dumps(arguments, ensure_ascii=False)
+    except (ValueError, RecursionError):
         return None
-    return call["name"], json.dumps(arguments, ensure_ascii=False)
 
 
 def template_renders_tools(tokenizer: Any) -> bool:
@@ -110,6 +109,6 @@ def template_message(message: dict[str, Any]) -> dict[str, Any]:
 
 def arguments_value(arguments: Any) -> Any:
     """A tool call's arguments as a JSON value; what is not JSON text stays as sent."""
-    with contextlib.suppress(TypeError, ValueError):
+    with contextlib.suppress(TypeError, ValueError, RecursionError):
         return json.loads(arguments)
     return arguments

@@ -80,6 +80,10 @@ def test_hermes_blocks_become_tool_calls() -> None:
     '<tool_call>{"arguments": {}}</tool_call>',  # no name
     '<tool_call>{"name": "add", "arguments": [1]}</tool_call>',  # arguments not an object
     '<tool_call>{"name": "add"}</tool_call><tool_call>not json</tool_call>',
+    # nested past the JSON reader's recursion: malformed, not a RecursionError
+    "<tool_call>" + "[" * 100_000 + "</tool_call>",
+    '<tool_call>{"name": "add", "arguments": ' + "[" * 5_000 + "]" * 5_000 + "}</tool_call>",
+    '<tool_call>{"name": "add", "arguments": "' + "[" * 5_000 + '"}</tool_call>',
 ])
 def test_a_malformed_block_leaves_the_reply_as_plain_content(text: str) -> None:
     reply = parse_hermes(text, "call_x")

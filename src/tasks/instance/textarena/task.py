@@ -33,7 +33,12 @@ from typing import Any, Literal
 
 from src.configuration.components import import_dotted
 from src.language_models.chat_template import render_chat
-from src.language_models.language_model import LanguageModel, SamplingParams
+from src.language_models.language_model import (
+    LanguageModel,
+    NewTokens,
+    SamplingParams,
+    Temperature,
+)
 from src.records.episode import Outcome, Sample
 from src.tasks.instance.optional_packages import import_optional
 from src.tasks.random_streams import RandomStreams
@@ -65,8 +70,8 @@ class TextArenaTask(Task["TextArenaEpisode"]):
         player: Literal[0, 1, "alternate"] = 0,  # the agent's side in a game of two
         opponent: LanguageModel | None = None,  # see the module docstring
         opponent_function: str | None = None,
-        opponent_temperature: float = 1.0,
-        opponent_max_new_tokens: int = 64,
+        opponent_temperature: Temperature = 1.0,
+        opponent_max_new_tokens: NewTokens = 64,
         instruction: str = "",  # added after the game's first message
     ) -> None:
         super().__init__(max_round=max_turns)

@@ -175,8 +175,10 @@ class Rubric:
             raise TypeError(f"returned {value!r:.80} ({type(value).__name__}), not a float")
         if not math.isfinite(value):
             raise ValueError(f"returned {value}, not a finite number")
-        if any(not isinstance(figure, numbers.Real) for figure in details.values()):
-            raise TypeError(f"returned details {dict(details)!r:.80} that are not all numbers")
+        if any(not isinstance(figure, numbers.Real) or not math.isfinite(figure)
+               for figure in details.values()):
+            raise TypeError(f"returned details {dict(details)!r:.80} that are not all "
+                            "finite numbers")
         if self.catch_errors and "error" in details:
             raise ValueError("returned a detail 'error', which would overwrite the metric "
                              "<name>/error")
@@ -201,11 +203,10 @@ def _arguments_of(name: str, function: RewardFunction) -> frozenset[str]:
         parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError) as error:
         raise ValueError(f"reward function '{name}': no signature to read ({error})") from error
-    if any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters):
-        return frozenset(REWARD_ARGUMENTS)
-    taken: set[str] = set()
-    for parameter in parameters:
-        if parameter.kind is parameter.VAR_POSITIONAL:
+    takes_all = any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters)
+    taken: set[str] = set(REWARD_ARGUMENTS) if takes_all else set()
+    for parameter in parameters:  # with **kwargs too: a named parameter must be fillable
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
         if parameter.name in REWARD_ARGUMENTS and parameter.kind is not parameter.POSITIONAL_ONLY:
             taken.add(parameter.name)

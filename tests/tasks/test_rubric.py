@@ -115,6 +115,13 @@ def test_details_are_reported_beside_the_value_and_not_added() -> None:
     scored = Rubric([clashing]).score("Paris", SAMPLE, "")
     assert scored.score == 0.0 and scored.metrics() == {"clashing": 0.0, "clashing/error": 1.0}
 
+    def unbounded(reply: str) -> DetailedReward:
+        return DetailedReward(1.0, {"margin": float("nan")})  # a figure no mean survives
+
+    scored = Rubric([unbounded]).score("Paris", SAMPLE, "")
+    assert scored.score == 0.0 and scored.metrics() == {"unbounded": 0.0,
+                                                        "unbounded/error": 1.0}
+
 
 def test_a_rubric_of_a_tasks_own_functions_raises_and_counts_no_errors() -> None:
     trusted = Rubric([exact, divides], weights=[1.0, 1.0], catch_errors=False)
@@ -141,6 +148,9 @@ def test_a_rubric_that_cannot_work_is_refused_when_built() -> None:
     def positional_only(reply: str, /) -> float:
         return 0.0
 
+    def more_and_the_rest(reply: str, question: str, **kwargs: Any) -> float:
+        return 0.0
+
     refused = [
         (([],), "at least one"),
         (([exact, brief], [1.0]), "2 reward functions but 1 weights"),
@@ -148,6 +158,7 @@ def test_a_rubric_that_cannot_work_is_refused_when_built() -> None:
         (([lambda reply: 0.0],), "write it as a def"),
         (([wants_more],), "takes 'question', which a rubric cannot give"),
         (([positional_only],), "takes 'reply'"),
+        (([more_and_the_rest],), "takes 'question', which a rubric cannot give"),
         (([reward],), "the loop reports its own 'reward'"),
         (([exact], [float("nan")]), "not finite"),
     ]

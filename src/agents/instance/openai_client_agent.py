@@ -173,7 +173,8 @@ class OpenAIClientAgent(SamplingAgent):
     def _client(self, key: str) -> Any:
         if key not in self._clients:
             self._clients[key] = self._openai.OpenAI(
-                base_url=self.endpoint.base_url(key), api_key="local", max_retries=0,
+                base_url=self.endpoint.base_url(key), api_key=self.endpoint.secret,
+                max_retries=0,
                 timeout=None)
         return self._clients[key]
 

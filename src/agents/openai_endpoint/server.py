@@ -17,8 +17,10 @@ the model (`context_length_exceeded`) and a call that breaks the prefix property
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -65,6 +67,10 @@ class EpisodeSession:
 Answer = Callable[[EpisodeSession, ChatCompletionRequest], dict[str, Any]]
 
 
+# a whole conversation with tool results fits many times over; a larger body is an attack
+MAX_BODY_BYTES = 16 * 2**20
+
+
 class _Server(ThreadingHTTPServer):
     # every episode of a batch calls at the same moment, each on a connection of its own;
     # the socket server's default listen queue (5) drops the rest, whose clients then read
@@ -74,14 +80,27 @@ class _Server(ThreadingHTTPServer):
 
 
 class ChatCompletionsEndpoint:
-    """Serves on 127.0.0.1 at a free port, in daemon threads, until `close`."""
+    """Serves on 127.0.0.1 at a free port, in daemon threads, until `close`.
 
-    def __init__(self, answer: Answer) -> None:
+    Any process on the machine can reach 127.0.0.1, so a call must carry this run's
+    secret (`Authorization: Bearer <secret>`, the OpenAI client's `api_key`) or it is
+    refused (401) before its body is read. A body over `MAX_BODY_BYTES` is refused
+    (413) unread, one that does not arrive within `read_timeout_s` closes its
+    connection, and JSON nested past the reader's recursion is a bad request (400)."""
+
+    def __init__(self, answer: Answer, read_timeout_s: float = 60.0) -> None:
         self.sessions: dict[str, EpisodeSession] = {}
+        self.secret = secrets.token_urlsafe(24)
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = read_timeout_s  # the socket's: a stalled body cannot hold a thread
+
             def do_POST(self) -> None:  # noqa: N802 - the http.server hook name
+                if not hmac.compare_digest(self.headers.get("Authorization") or "",
+                                           f"Bearer {endpoint.secret}"):
+                    return self._reply(401, _error("unauthorized", "this endpoint answers "
+                                                   "only its own run's agents"))
                 parts = self.path.strip("/").split("/")
                 if len(parts) != 5 or parts[0] != "episodes" or parts[2:] != [
                         "v1", "chat", "completions"]:
@@ -92,10 +111,21 @@ class ChatCompletionsEndpoint:
                                                    f"no running episode '{parts[1]}'"))
                 try:
                     length = int(self.headers.get("Content-Length") or 0)
-                    request = ChatCompletionRequest.model_validate(
-                        json.loads(self.rfile.read(length) or b"null"))
-                except (ValueError, ValidationError) as error:
-                    return self._reply(400, _error("invalid_request", str(error)))
+                except ValueError:
+                    return self._reply(400, _error("invalid_request", "bad Content-Length"))
+                if length > MAX_BODY_BYTES:
+                    self.close_connection = True  # the body is not read
+                    return self._reply(413, _error("too_large", f"a body of {length} bytes "
+                                                   f"(at most {MAX_BODY_BYTES})"))
+                try:
+                    body = self.rfile.read(length)
+                except TimeoutError:
+                    self.close_connection = True
+                    return None
+                try:
+                    request = ChatCompletionRequest.model_validate(json.loads(body or b"null"))
+                except (ValueError, ValidationError, RecursionError) as error:
+                    return self._reply(400, _error("invalid_request", str(error)[:1000]))
                 try:
                     self._reply(200, answer(session, request))
                 except EndpointRefusal as refusal:

@@ -1,8 +1,10 @@
-"""The endpoint answers malformed requests and failing calls with a status and a reason."""
+"""The endpoint answers malformed requests and failing calls with a status and a reason,
+only its own run's agents, and no request that would hold or flood it."""
 
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -11,7 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from src.agents.openai_endpoint.episode_calls import EpisodeCalls
-from src.agents.openai_endpoint.server import ChatCompletionsEndpoint, EpisodeSession
+from src.agents.openai_endpoint.server import (
+    MAX_BODY_BYTES,
+    ChatCompletionsEndpoint,
+    EpisodeSession,
+)
 from src.records.trajectory import Trajectory
 
 
@@ -27,9 +33,11 @@ def endpoint():
     served.close()
 
 
-def post(url: str, body: bytes) -> tuple[int, str]:
+def post(url: str, body: bytes, secret: str | None) -> tuple[int, str]:
+    headers = {"Authorization": f"Bearer {secret}"} if secret is not None else {}
     try:
-        urllib.request.urlopen(urllib.request.Request(url, data=body, method="POST"))
+        urllib.request.urlopen(urllib.request.Request(url, data=body, method="POST",
+                                                      headers=headers))
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())["error"]["message"]
     return 200, ""
@@ -42,13 +50,14 @@ def post(url: str, body: bytes) -> tuple[int, str]:
 ])
 def test_bad_requests_and_failing_calls_get_a_status_and_a_reason(
         endpoint, body: bytes, status: int, reason: str) -> None:
-    code, message = post(endpoint.base_url("k") + "/chat/completions", body)
+    code, message = post(endpoint.base_url("k") + "/chat/completions", body, endpoint.secret)
     assert code == status and reason in message
 
 
 def test_unknown_episodes_and_routes_are_404(endpoint) -> None:
-    assert post(endpoint.base_url("other") + "/chat/completions", b"{}")[0] == 404
-    assert post(endpoint.base_url("k") + "/completions", b"{}")[0] == 404
+    assert post(endpoint.base_url("other") + "/chat/completions", b"{}",
+                endpoint.secret)[0] == 404
+    assert post(endpoint.base_url("k") + "/completions", b"{}", endpoint.secret)[0] == 404
 
 
 def test_every_episode_of_a_batch_connecting_at_once_is_answered() -> None:
@@ -66,7 +75,8 @@ def test_every_episode_of_a_batch_connecting_at_once_is_answered() -> None:
     def call(key: str) -> str:
         request = urllib.request.Request(served.base_url(key) + "/chat/completions",
                                          data=b'{"model": "m", "messages": []}',
-                                         method="POST")
+                                         method="POST",
+                                         headers={"Authorization": f"Bearer {served.secret}"})
         with urllib.request.urlopen(request, timeout=60) as response:
             return json.loads(response.read())["episode"]
 
@@ -75,3 +85,50 @@ def test_every_episode_of_a_batch_connecting_at_once_is_answered() -> None:
             assert list(pool.map(call, keys)) == keys
     finally:
         served.close()
+
+
+def test_a_call_without_the_runs_secret_is_refused_unread() -> None:
+    answered = []
+    served = ChatCompletionsEndpoint(lambda session, request: answered.append(1) or {})
+    served.sessions["k"] = EpisodeSession("k", EpisodeCalls(Trajectory(), None))
+    try:
+        url = served.base_url("k") + "/chat/completions"
+        body = b'{"model": "m", "messages": []}'
+        assert post(url, body, None)[0] == 401
+        assert post(url, body, "a guess")[0] == 401
+        assert answered == []
+        assert post(url, body, served.secret) == (200, "")
+    finally:
+        served.close()
+
+
+def raw_call(served: ChatCompletionsEndpoint, headers: dict[str, str], body: bytes,
+             timeout_s: float = 10.0) -> bytes:
+    """What the endpoint sends back on a connection given these headers and body (b""
+    where it closes the connection without an answer)."""
+    host, port = served.base_url("k").split("/")[2].split(":")
+    head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as connection:
+        connection.sendall(f"POST /episodes/k/v1/chat/completions HTTP/1.1\r\n"
+                           f"Host: x\r\n{head}\r\n".encode() + body)
+        return connection.recv(4096)
+
+
+def test_a_body_too_large_a_stalled_body_and_deep_json_are_answered_and_bounded(
+        endpoint) -> None:
+    auth = {"Authorization": f"Bearer {endpoint.secret}"}
+    huge = raw_call(endpoint, {**auth, "Content-Length": str(MAX_BODY_BYTES + 1)}, b"{")
+    assert huge.startswith(b"HTTP/1.0 413")
+    deep = b'{"model": "m", "messages": ' + b"[" * 100_000 + b"}"
+    assert raw_call(endpoint, {**auth, "Content-Length": str(len(deep))},
+                    deep).startswith(b"HTTP/1.0 400")
+    # a body shorter than it says: the connection is closed once the read times out
+    quick = ChatCompletionsEndpoint(failing_answer, read_timeout_s=0.5)
+    quick.sessions["k"] = EpisodeSession("k", EpisodeCalls(Trajectory(), None))
+    try:
+        started = time.monotonic()
+        assert raw_call(quick, {"Authorization": f"Bearer {quick.secret}",
+                                "Content-Length": "1000"}, b"{") == b""
+        assert time.monotonic() - started < 5.0
+    finally:
+        quick.close()

@@ -35,11 +35,13 @@ environment's `serving()` (shared tool servers, the interception); `close()` end
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any, Literal
 
 from src.records.episode import Episode, Outcome, Sample
 from src.tasks.instance.verifiers.environments import (
+    API_KEY_VARIABLE,
     ServingLoop,
     TraceFailure,
     environment_config,
@@ -135,9 +137,12 @@ class VerifiersTask(Task["VerifiersEpisode"]):
         return VerifiersEpisode(self)
 
     # ---- rollouts ------------------------------------------------------------------
-    def run_rollout(self, sample_id: str, base_url: str) -> Any:
+    def run_rollout(self, sample_id: str, base_url: str, api_key: str) -> Any:
         """The verifiers episode of one rollout of the sample, its model calls sent to
-        `base_url`; called from the agent's threads, run on the serving loop."""
+        `base_url` with `api_key`; called from the agent's threads, run on the serving
+        loop."""
+        # verifiers reads the key from a variable (one endpoint, so one key, per run)
+        os.environ[API_KEY_VARIABLE] = api_key
         return self._loop.run(self._env_of(sample_id).run_episode(
             self.vf_task(sample_id), model_context(base_url)))
 
@@ -189,7 +194,8 @@ class VerifiersEpisode(EpisodeEnv[VerifiersTask]):
         first prompt, is the environment's own). Raises where a model call failed, so
         that the agent ends the episode with the endpoint's reason."""
         assert self.sample is not None
-        self.rollout = self.family.run_rollout(self.sample.sample_id, str(client.base_url))
+        self.rollout = self.family.run_rollout(self.sample.sample_id, str(client.base_url),
+                                               client.api_key)
         failure = model_failure(self.rollout)
         if failure is not None:
             raise TraceFailure(failure)

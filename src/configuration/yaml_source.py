@@ -57,6 +57,53 @@ def _construct_replace(loader: yaml.SafeLoader, node: yaml.Node) -> _Replace:
 
 _NumberAwareLoader.add_constructor(REPLACE_TAG, _construct_replace)
 
+# Aliases repeat what they name without copying it in the file: a few lines of anchors on
+# anchors stand for millions of values once merged. A config is small; past this many
+# values (aliases counted as what they stand for) it is refused.
+MAX_VALUES = 100_000
+
+
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: Any, line: int, first_line: int) -> None:
+        super().__init__(f"key '{key}' is written twice in one mapping (first at line "
+                         f"{first_line}): YAML would keep the last silently")
+        self.line = line
+
+
+def _check_keys_once(node: yaml.Node, seen: set[int] | None = None) -> None:
+    """Raise _DuplicateKey for a mapping that writes a key twice (each node once)."""
+    seen = set() if seen is None else seen
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else id(key_node)
+            if key == "<<":  # a merge key may repeat; it merges, it does not set
+                continue
+            if key in first:
+                raise _DuplicateKey(key, key_node.start_mark.line + 1, first[key])
+            first[key] = key_node.start_mark.line + 1
+            _check_keys_once(value_node, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _check_keys_once(item, seen)
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """How many values the node stands for with every alias expanded, computed once per
+    node (so without expanding anything)."""
+    if id(node) not in sizes:
+        sizes[id(node)] = 0  # an alias of an ancestor (a cycle) adds nothing here
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.MappingNode):
+            children = [child for pair in node.value for child in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        sizes[id(node)] = 1 + sum(_expanded_size(child, sizes) for child in children)
+    return sizes[id(node)]
+
 
 def _line_map(node: yaml.Node, path: tuple[str, ...], lines: dict[tuple[str, ...], int]) -> None:
     lines[path] = node.start_mark.line + 1
@@ -123,8 +170,12 @@ class YamlSource:
                               file=str(path)) from error
         try:
             node = yaml.compose(text, Loader=_NumberAwareLoader)
-            data: Any = yaml.load(text, Loader=_NumberAwareLoader)
-        except _MisplacedReplace as error:
+            if node is not None:
+                _check_keys_once(node)
+            too_large = node is not None and _expanded_size(node, {}) > MAX_VALUES
+            # a file too large is refused below, never constructed
+            data: Any = None if too_large else yaml.load(text, Loader=_NumberAwareLoader)
+        except (_MisplacedReplace, _DuplicateKey) as error:
             raise ConfigError(str(error), file=str(path), line=error.line) from error
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
@@ -132,6 +183,10 @@ class YamlSource:
                               line=mark.line + 1 if mark else None) from error
         except ValueError as error:  # a scalar that resolves to a type it cannot be
             raise ConfigError(f"invalid YAML value: {error}", file=str(path)) from error
+        if too_large:
+            raise ConfigError(f"the file stands for more than {MAX_VALUES:,} values once its "
+                              "aliases are expanded: refused (aliases of aliases multiply)",
+                              file=str(path))
         if isinstance(data, _Replace):
             raise ConfigError(f"{REPLACE_TAG} marks a mapping under a key; the file's top "
                               "level always merges over its imports", file=str(path),

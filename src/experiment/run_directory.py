@@ -30,6 +30,8 @@ from src.training.checkpoints import CheckpointStore
 TIMESTAMP = "{TIMESTAMP}"
 STATE_FILE = "run_state.json"
 CONFIG_FILE = "config.yaml"
+RUNS_LOG = "runs.jsonl"
+METRICS_LOG = "metrics.jsonl"
 TASK_STATE = "task_state"
 AGENT_STATE = "agent_state"
 
@@ -118,11 +120,30 @@ class RunDirectory:
                     f"{self.path} holds a run with a different config; changed: "
                     f"{', '.join(changes)}. Restore those keys to resume, or choose a new "
                     "output_dir.", file=str(config_path), key=changes[0])
+            if not state.finished:
+                self.check_committed_logs(state)
             return state
         atomic_write_text(self.path / CONFIG_FILE, yaml.safe_dump(dump, sort_keys=False))
         state = RunState()
         self.write_state(state)
         return state
+
+    def check_committed_logs(self, state: RunState) -> None:
+        """Refuse to resume when a log holds fewer bytes than the commit point recorded
+        (restored from an older copy, cut by hand): the rows of committed batches are
+        gone, and cutting the log "back" would pad it with NUL bytes. Checked before any
+        weights load; the logs are left as they are."""
+        for name, committed in ((RUNS_LOG, state.runs_bytes),
+                                (METRICS_LOG, state.metrics_bytes)):
+            path = self.path / name
+            size = path.stat().st_size if path.is_file() else 0
+            if size < committed:
+                raise DamagedRunFolder(
+                    f"{path} holds {size} bytes, but {self.path / STATE_FILE} committed "
+                    f"{committed} of it (completed_batches {state.completed_batches}): rows "
+                    "of committed batches are missing, so the run cannot resume. Restore "
+                    "the file as it was and run the same command again, or start a new run "
+                    f"(--new_run with {TIMESTAMP} in output_dir, or another output_dir).")
 
     def callback_store(self, callback_id: str) -> CheckpointStore:
         """callback_state/<callback_id>/: that callback's checkpoints and best/."""
@@ -148,6 +169,10 @@ class RunDirectory:
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         atomic_write_text(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")
+
+
+class DamagedRunFolder(ValueError):
+    """The run folder no longer holds what its commit point says it committed."""
 
 
 class StorageFailure(Exception):
@@ -219,7 +244,8 @@ def start_run(prepare: Callable[[], tuple[BaseModel, Plan, str]], config_path: P
     """The start-up every pipeline shares. `prepare` loads and checks the config and
     returns it with its plan and output_dir pattern. Returns the run folder, its state and
     the plan, or the command's exit status when there is nothing to train: 0 after a dry
-    run or for a finished run, 2 for a config error (printed with file, line and key)."""
+    run or for a finished run, 2 for a config error (printed with file, line and key) or
+    a run folder whose logs lost committed rows."""
     try:
         config, plan, output_dir = prepare()
         if dry_run:
@@ -231,6 +257,9 @@ def start_run(prepare: Callable[[], tuple[BaseModel, Plan, str]], config_path: P
             state = run.start(config, config_path)
     except ConfigError as error:
         print(f"config error: {error}", file=sys.stderr)
+        return 2
+    except DamagedRunFolder as error:
+        print(f"run folder error: {error}", file=sys.stderr)
         return 2
     if not run.announce(state, unit):
         return 0

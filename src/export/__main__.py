@@ -1,7 +1,8 @@
 """Export a run's checkpoint: python -m src.export OUTPUT_DIR --target_dir DIR
 
 Writes DIR/adapter (the PEFT adapter) and DIR/merged (a Hugging Face model folder with the
-adapter merged in, which transformers and vLLM load as they are).
+adapter merged in, which transformers and vLLM load as they are). DIR lies outside the run
+folder and is new, empty or an earlier export (exit status 2 otherwise).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from src.export.checkpoint_export import (
     DTYPES,
     ExportError,
+    check_target,
     export_adapter,
     export_merged,
     find_adapter,
@@ -36,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     try:
         found = find_adapter(arguments.output_dir, arguments.checkpoint, arguments.callback)
+        check_target(arguments.output_dir, arguments.target_dir)
     except ExportError as error:
         print(f"export error: {error}", file=sys.stderr)
         return 2

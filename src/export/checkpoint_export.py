@@ -6,10 +6,17 @@ Checkpoints are found in the run's checkpoint stores (`callback_state/<id>/` of 
 run, `training_state/` of an offline one): `best`, `latest` (the newest committed one) or
 a step. Only committed checkpoints are offered: a checkpoint of the batch in flight when a
 run was killed is not a result.
+
+An export replaces `adapter/` and `merged/` in its target folder whole, so the target is
+checked first: never the run folder, inside it or above it, and when not empty, an earlier
+export, recognised by its layout: only `adapter/` and `merged/` folders, each holding the
+`export.json` an export writes last into it (and the `.adapter.*.tmp` / `.merged.*.tmp`
+folders an export killed mid-write leaves).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import shutil
 from dataclasses import dataclass
@@ -25,6 +32,7 @@ from src.training.checkpoints import ADAPTER, BEST, BEST_MARK, CheckpointStore
 
 OFFLINE_STORE = "training_state"
 EXPORT_RECORD = "export.json"
+EXPORTED = ("adapter", "merged")  # the folders an export writes into its target
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -91,6 +99,38 @@ def find_adapter(output_dir: Path, checkpoint: str = "best",
         checkpoint, folder = str(step), store.path(step) / ADAPTER
     config = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
     return FoundAdapter(folder, store.root, checkpoint, str(config["base_model_name_or_path"]))
+
+
+def check_target(output_dir: Path, target_dir: Path) -> None:
+    """Refuse a target whose export would delete what it should not: the run itself (a
+    run folder named `adapter` exported into its parent would be replaced by its own
+    adapter), or a non-empty folder that is not an earlier export."""
+    run, target = output_dir.resolve(), target_dir.resolve()
+    for problem, applies in (("is the run folder", target == run),
+                             ("is inside the run folder", target.is_relative_to(run)),
+                             ("holds the run folder", run.is_relative_to(target))):
+        if applies:
+            raise ExportError(f"--target_dir {target_dir} {problem} {output_dir}: an export "
+                              "replaces the target's adapter/ and merged/ whole; choose a "
+                              "folder outside the run")
+    if target.exists() and not target.is_dir():
+        raise ExportError(f"--target_dir {target_dir} is a file, not a folder")
+    foreign = _not_exported(target) if target.is_dir() else []
+    if foreign:
+        raise ExportError(f"--target_dir {target_dir} is not empty and not an earlier export "
+                          f"(it holds {', '.join(foreign)}); choose an empty or new folder")
+
+
+def _not_exported(folder: Path) -> list[str]:
+    """What in `folder` an export did not write, each named."""
+    found = []
+    for entry in sorted(folder.iterdir()):
+        if entry.name in EXPORTED:
+            if not (entry / EXPORT_RECORD).is_file():
+                found.append(f"{entry.name}/ without {EXPORT_RECORD}")
+        elif not any(fnmatch.fnmatch(entry.name, f".{name}.*.tmp") for name in EXPORTED):
+            found.append(entry.name)
+    return found
 
 
 def export_adapter(found: FoundAdapter, target: Path) -> Path:

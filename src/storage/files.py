@@ -76,6 +76,11 @@ class JsonlLog:
         return self.path.stat().st_size
 
     def truncate(self, size: int) -> None:
+        """Cut the log back to `size` bytes. A log already shorter has lost committed rows:
+        truncating "back" would pad it with NUL bytes that later appends sit behind."""
+        if size > self.size:
+            raise ValueError(f"{self.path} holds {self.size} bytes, fewer than the {size} "
+                             "to cut it back to: committed rows are missing")
         with self.path.open("r+b") as stream:
             stream.truncate(size)
 

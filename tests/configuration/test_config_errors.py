@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from src.configuration.errors import ConfigError
+from src.configuration.yaml_source import YamlSource
 from src.experiment.assembly import load_experiment_config, plan_experiment
 
 VALID = """\
@@ -130,3 +131,21 @@ def test_scalars_that_resolve_badly_are_config_errors(tmp_path: Path, text: str,
                                                       problem: str) -> None:
     with pytest.raises(ConfigError, match=problem):
         plan(write(tmp_path, text))
+
+
+def test_a_key_written_twice_is_refused_with_both_lines(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"assignment\.yaml:4: key 'random_seed' is "
+                                          r"written twice in one mapping \(first at line 3\)"):
+        plan(write(tmp_path, "assignment_config:\n  output_dir: x\n  random_seed: 1\n"
+                             "  random_seed: 2\n"))
+
+
+def test_aliases_that_multiply_are_refused_before_they_are_expanded(tmp_path: Path) -> None:
+    # six levels of ten: a 300-byte file standing for a million values
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{level}: &a{level} [{', '.join([f'*a{level - 1}'] * 10)}]"
+              for level in range(1, 6)]
+    with pytest.raises(ConfigError, match="more than 100,000 values"):
+        plan(write(tmp_path, "\n".join(lines) + "\n"))
+    # an alias or two, as a recipe uses them, is fine
+    assert YamlSource(write(tmp_path, "a: &m {x: 1}\nb: *m\nc: *m\n")).data["c"] == {"x": 1}

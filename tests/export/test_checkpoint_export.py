@@ -90,6 +90,62 @@ def test_checkpoints_offered_are_the_committed_ones(tiny_model_path: Path,
         find_adapter(tmp_path / "callback_state")
 
 
+def run_with_logs(folder: Path, model: HuggingfaceLoRALanguageModel) -> dict[str, bytes]:
+    """`write_run` plus the logs a run holds; every file's bytes by its path."""
+    write_run(folder, model)
+    (folder / "runs.jsonl").write_text('{"sample_id": "a"}\n')
+    (folder / "metrics.jsonl").write_text('{"step": 1}\n')
+    return {str(path): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
+@pytest.mark.parametrize(("run_name", "target", "problem"), [
+    ("adapter", ".", "holds the run folder"),  # export would replace ./adapter: the run
+    ("run", "..", "holds the run folder"),
+    ("run", "run", "is the run folder"),
+    ("run", "run/exported", "is inside the run folder"),
+])
+def test_a_target_that_is_in_is_or_holds_the_run_folder_is_refused(
+        tiny_model_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        run_name: str, target: str, problem: str) -> None:
+    folder = tmp_path / "runs" / run_name
+    files = run_with_logs(folder, trained_model(tiny_model_path))
+    target_dir = tmp_path / "runs" / target
+    assert main([str(folder), "--target_dir", str(target_dir), "--adapter_only"]) == 2
+    error = capsys.readouterr().err
+    assert f"--target_dir {target_dir} {problem} {folder}" in error
+    assert {str(path): path.read_bytes() for path in folder.rglob("*")
+            if path.is_file()} == files
+
+
+def test_a_non_empty_target_that_is_not_an_earlier_export_is_refused(
+        tiny_model_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_run(tmp_path / "run", trained_model(tiny_model_path))
+    target = tmp_path / "work"
+    (target / "adapter").mkdir(parents=True)  # someone else's adapter folder
+    (target / "adapter" / "weights.bin").write_text("mine")
+    (target / "notes.txt").write_text("mine too")
+    assert main([str(tmp_path / "run"), "--target_dir", str(target), "--adapter_only"]) == 2
+    error = capsys.readouterr().err
+    assert (f"--target_dir {target} is not empty and not an earlier export "
+            "(it holds adapter/ without export.json, notes.txt)") in error
+    assert (target / "adapter" / "weights.bin").read_text() == "mine"
+    assert (target / "notes.txt").read_text() == "mine too"
+    assert main([str(tmp_path / "run"), "--target_dir", str(target / "notes.txt")]) == 2
+    assert "notes.txt is a file, not a folder" in capsys.readouterr().err
+
+
+def test_exporting_again_into_an_earlier_export_replaces_it(
+        tiny_model_path: Path, tmp_path: Path) -> None:
+    write_run(tmp_path / "run", trained_model(tiny_model_path))
+    target = tmp_path / "export"
+    assert main([str(tmp_path / "run"), "--target_dir", str(target)]) == 0
+    (target / ".merged.x1y2.tmp").mkdir()  # what an export killed mid-write leaves
+    assert main([str(tmp_path / "run"), "--target_dir", str(target), "--adapter_only",
+                 "--checkpoint", "1"]) == 0
+    record = json.loads((target / "adapter" / "export.json").read_text())
+    assert record["checkpoint"] == "1"
+
+
 VLLM_SCORE = """
 import json, sys
 from src.language_models.instance.vllm_language_model import VLLMLanguageModel

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import types
+import typing
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -13,12 +15,34 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
 
 class StrictModel(BaseModel):
+    """Unknown keys refused, and a number never given as true/false (pydantic would take
+    `batch_size: true` as 1)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_not_booleans(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name is not None:
+            kinds = _plain_types(cls.model_fields[info.field_name].annotation)
+            if bool not in kinds and kinds & {int, float}:
+                raise ValueError(f"is a number, not {str(value).lower()}")
+        return value
+
+
+def _plain_types(annotation: Any) -> set[Any]:
+    """The types a field's annotation allows, unions flattened."""
+    arguments = typing.get_args(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return set().union(*(_plain_types(argument) for argument in arguments))
+    return {annotation}
 
 
 def _each_once(splits: list[str]) -> list[str]:

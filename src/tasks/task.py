@@ -27,13 +27,17 @@ import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, final
+from typing import Annotated, Any, Generic, TypeVar, final
 
 import gymnasium
+from pydantic import Field
 
 from src.records.episode import Episode, EpisodeStatus, Outcome, Sample, StepInfo
 
 SPLITS = ("train", "validation", "selection")
+# a task's round limit as a constructor parameter: a config's value below 1 is refused
+# where the config is read (`--dry_run` too), not when the task is built
+Rounds = Annotated[int, Field(ge=1)]
 _TEXT_SPACE = gymnasium.spaces.Text(max_length=1_000_000)
 
 EpisodeT = TypeVar("EpisodeT", bound="EpisodeEnv[Any]")

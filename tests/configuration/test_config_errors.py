@@ -149,3 +149,16 @@ def test_aliases_that_multiply_are_refused_before_they_are_expanded(tmp_path: Pa
         plan(write(tmp_path, "\n".join(lines) + "\n"))
     # an alias or two, as a recipe uses them, is fine
     assert YamlSource(write(tmp_path, "a: &m {x: 1}\nb: *m\nc: *m\n")).data["c"] == {"x": 1}
+
+
+@pytest.mark.parametrize(("old", "new", "problem"), [
+    ("batch_size: 2", "batch_size: true", "is a number, not true"),
+    ("group_size: 1", "group_size: 1.5", "group_size"),
+    ("num_train: 4", "num_train: 4, max_round: -3",
+     "max_round: Input should be greater than or equal to 1"),
+])
+def test_numbers_are_strict_and_task_limits_checked_before_anything_runs(
+        tmp_path: Path, old: str, new: str, problem: str) -> None:
+    text = VALID.format(output=tmp_path / "run").replace(old, new)
+    with pytest.raises(ConfigError, match=problem):
+        plan(write(tmp_path, text))

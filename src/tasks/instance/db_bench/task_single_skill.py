@@ -60,6 +60,7 @@ from src.tasks.instance.db_bench.single_skill_task_generator import SingleSkillT
 from src.tasks.instance.db_bench.skills import check_skills
 from src.tasks.task import (
     EpisodeEnv,
+    Rounds,
     StepOutcome,
     Task,
     parse_split_sample_id,
@@ -142,7 +143,7 @@ class DBBenchSingleSkill(Task["DBBenchEpisode"]):
         # the database each episode runs in: a fresh database or schema, with a user that
         # can reach only it, dropped when the episode ends
         sandbox: SandboxSettings | None = None,
-        max_round: int = 3,  # replies an episode may take
+        max_round: Rounds = 3,  # replies an episode may take
         reward_correct: float = 1.0,
         reward_incorrect: float = -0.1,  # also a malformed reply
         reward_timeout: float = -0.3,  # the round limit hit without an answer

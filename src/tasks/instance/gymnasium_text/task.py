@@ -26,6 +26,7 @@ from src.records.episode import Outcome, Sample
 from src.tasks.random_streams import RandomStreams
 from src.tasks.task import (
     EpisodeEnv,
+    Rounds,
     StepOutcome,
     Task,
     counted_sample,
@@ -44,7 +45,7 @@ class GymnasiumTextTask(Task["GymnasiumTextEpisode"]):
         num_validation: int = 64,
         num_selection: int = 0,
         seed: int = 0,
-        max_turns: int = 30,  # replies before the episode is cut (a round limit)
+        max_turns: Rounds = 30,  # replies before the episode is cut (a round limit)
         success_threshold: float = 1.0,  # the return that counts as a success
         instruction: str = "",  # added after the first observation
     ) -> None:

@@ -36,6 +36,7 @@ from src.tasks.instance.math_problems.verl_reward import (
 from src.tasks.task import (
     EpisodeEnv,
     EpisodeScore,
+    Rounds,
     StepOutcome,
     Task,
     parse_split_sample_id,
@@ -77,7 +78,7 @@ class MathProblemsTask(Task["MathEpisode"]):
         seed: int = 0,  # the procedural problems
         instruction: str = "Put your final answer in \\boxed{}.",  # after the question
         worked_example: bool = True,  # a solved sum (3 + 4) before the question
-        max_round: int = 1,  # > 1: a wrong answer gets `retry_message` and another try
+        max_round: Rounds = 1,  # > 1: a wrong answer gets `retry_message` and another try
         retry_message: str = "That is not correct. Try again.",
         reward_weights: dict[str, float] | None = None,  # reward name -> weight
         cosine: CosineScaling | None = None,  # the `cosine` reward's settings

@@ -44,6 +44,7 @@ from src.tasks.instance.optional_packages import import_optional
 from src.tasks.random_streams import RandomStreams
 from src.tasks.task import (
     EpisodeEnv,
+    Rounds,
     StepOutcome,
     Task,
     counted_sample,
@@ -66,7 +67,7 @@ class TextArenaTask(Task["TextArenaEpisode"]):
         num_validation: int = 64,
         num_selection: int = 0,
         seed: int = 0,
-        max_turns: int = 30,  # the agent's replies before the episode is cut (reward 0)
+        max_turns: Rounds = 30,  # the agent's replies before the episode is cut (reward 0)
         player: Literal[0, 1, "alternate"] = 0,  # the agent's side in a game of two
         opponent: LanguageModel | None = None,  # see the module docstring
         opponent_function: str | None = None,

@@ -58,6 +58,7 @@ from src.tasks.instance.verifiers.traces import (
 from src.tasks.task import (
     EpisodeEnv,
     EpisodeScore,
+    Rounds,
     StepOutcome,
     Task,
     parse_split_sample_id,
@@ -75,7 +76,7 @@ class VerifiersTask(Task["VerifiersEpisode"]):
         validation_arguments: dict[str, Any] | None = None,
         num_train: int | None = None,  # the first num_train train tasks (None: all)
         num_validation: int = 64,  # at most this many held-out tasks
-        max_turns: int = 8,  # model calls a rollout may make (verifiers' agent max_turns)
+        max_turns: Rounds = 8,  # model calls a rollout may make (verifiers' agent max_turns)
         success_threshold: float = 1.0,  # the reward that counts as correct
         # how tools reach the model: `native` OpenAI tools (a chat template that renders
         # them) or `prompted` (listed in the system message, calls read from the text)

@@ -17,9 +17,11 @@ import torch
 
 from src.training.safe_load import load_plain
 
+# NumPy 2 moved its core to numpy._core; 1.26 (the oldest this project takes) has numpy.core
+_reconstruct = (np._core if hasattr(np, "_core") else np.core).multiarray._reconstruct
 # what an earlier file's NumPy state needs, under the names NumPy 1 and 2 pickle it by
-_EARLIER_NUMPY_STATE = [np._core.multiarray._reconstruct,
-                        (np._core.multiarray._reconstruct, "numpy.core.multiarray._reconstruct"),
+_EARLIER_NUMPY_STATE = [_reconstruct, (_reconstruct, "numpy.core.multiarray._reconstruct"),
+                        (_reconstruct, "numpy._core.multiarray._reconstruct"),
                         np.ndarray, np.dtype, np.dtypes.UInt32DType]
 
 

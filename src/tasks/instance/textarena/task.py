@@ -232,8 +232,8 @@ class TextArenaEpisode(EpisodeEnv[TextArenaTask]):
         self._opponent_seed = (self._opponent_seed * 1_000_003 + 7) % (2**31)
         generation = model.generate([prompt], family.opponent_sampling,
                                     seed=self._opponent_seed)[0][0]
-        ids = [token for token in generation.token_ids
-               if token not in set(model.end_of_turn_ids())]
+        end_of_turn = set(model.end_of_turn_ids())
+        ids = [token for token in generation.token_ids if token not in end_of_turn]
         move = model.tokenizer.decode(ids, skip_special_tokens=True)
         self._opponent_chat.append(("agent", move))
         return move

@@ -1,6 +1,6 @@
 """Faulty environments: a math run whose task steps raise or hang at given rates.
 
-Runs `run_experiment.py` on the math task with injected faults (tests/experiment/
+Runs `run_experiment.py` on the math task with injected faults (tests/run/
 flaky_math_task.py: a step raises with probability --error_rate and sleeps for an hour
 with probability --hang_rate, drawn from the episode's seed, so a rerun fails alike) and
 reads back what the run wrote: how many batches completed (tried again, skipped), how many
@@ -57,7 +57,7 @@ assignment_config:
   random_seed: 42
   task:
     name: flaky_math
-    module: tests.experiment.flaky_math_task.FlakyMathTask
+    module: tests.run.flaky_math_task.FlakyMathTask
     parameters: {{levels: {levels}, num_train: {num_train}, num_validation: 64,
                  reward_weights: {{accuracy: 0.9, boxed_number: 0.1}},
                  step_error_rate: {error_rate}, step_hang_rate: {hang_rate}, hang_s: 3600}}

@@ -54,17 +54,17 @@ from roofline import (  # noqa: E402, I001
     training_work,
 )
 
-from src.callbacks.callback import BatchContext, TrainingSchedule  # noqa: E402
-from src.callbacks.instance.rl_training_callback import RLTrainingCallback  # noqa: E402
 from src.language_models.instance.huggingface_lora_language_model import (  # noqa: E402
     HuggingfaceLoRALanguageModel,
     LoRASettings,
 )
 from src.language_models.language_model import SamplingParams, TokenBatch  # noqa: E402
+from src.online_training.trainer import RLTrainingCallback  # noqa: E402
 from src.records.episode import Episode, EpisodeStatus, Outcome, Sample  # noqa: E402
 from src.records.trajectory import Trajectory  # noqa: E402
+from src.run.callbacks import BatchContext, TrainingSchedule  # noqa: E402
 from src.runtime.reproducibility import make_reproducible  # noqa: E402
-from src.training.settings import KLSettings, OptimizerSettings  # noqa: E402
+from src.training.settings import AdvantageSettings, KLSettings, OptimizerSettings  # noqa: E402
 
 GIB = 1024**3
 
@@ -229,7 +229,8 @@ def grpo_step(model: HuggingfaceLoRALanguageModel, episodes: list[Episode], samp
               arguments: argparse.Namespace) -> dict:
     # other settings at their defaults; scored at the temperature the trajectories record
     callback = RLTrainingCallback(
-        model, algorithm="grpo", kl=KLSettings(coef=arguments.kl_coef),
+        model, advantage=AdvantageSettings(estimator="grpo"),
+        kl=KLSettings(coef=arguments.kl_coef),
         optimizer=OptimizerSettings(
             learning_rate=arguments.learning_rate,
             micro_batch_max_tokens=token_budget(arguments)))

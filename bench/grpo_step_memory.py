@@ -18,15 +18,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from src.agents.instance.lora_rl_agent import LoRARLAgent  # noqa: E402
-from src.callbacks.callback import BatchContext, TrainingSchedule  # noqa: E402
-from src.callbacks.instance.rl_training_callback import RLTrainingCallback  # noqa: E402
 from src.language_models.instance.huggingface_lora_language_model import (  # noqa: E402
     HuggingfaceLoRALanguageModel,
 )
+from src.online_training.trainer import RLTrainingCallback  # noqa: E402
 from src.records.chat import Role  # noqa: E402
 from src.records.episode import Episode  # noqa: E402
+from src.run.callbacks import BatchContext, TrainingSchedule  # noqa: E402
 from src.tasks.instance.math_problems.task import MathProblemsTask  # noqa: E402
-from src.training.settings import KLSettings, MismatchSettings, OptimizerSettings  # noqa: E402
+from src.training.settings import (  # noqa: E402
+    AdvantageSettings,
+    KLSettings,
+    MismatchSettings,
+    OptimizerSettings,
+)
 
 
 def peak_rss_gib() -> float:
@@ -51,7 +56,7 @@ def main() -> None:
     # the callback's other settings at their defaults; it scores at the temperature the
     # agent recorded in each trajectory (the agent's default, 1.0)
     callback = RLTrainingCallback(
-        model, algorithm="grpo", kl=KLSettings(coef=0.01),
+        model, advantage=AdvantageSettings(estimator="grpo"), kl=KLSettings(coef=0.01),
         optimizer=OptimizerSettings(
             learning_rate=1e-5, micro_batch_max_tokens=arguments.micro_batch_max_tokens or None),
         mismatch=MismatchSettings() if exact else MismatchSettings(

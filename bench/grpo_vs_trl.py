@@ -68,16 +68,16 @@ from roofline import (  # noqa: E402, I001
 )
 
 from src.agents.instance.lora_rl_agent import LoRARLAgent  # noqa: E402
-from src.callbacks.callback import BatchContext, TrainingSchedule  # noqa: E402
-from src.callbacks.instance.rl_training_callback import RLTrainingCallback  # noqa: E402
-from src.experiment.rollout import roll_out_lockstep  # noqa: E402
 from src.language_models.embedded_model import DEFAULT_MODEL, resolve_model_path  # noqa: E402
 from src.language_models.instance.huggingface_lora_language_model import (  # noqa: E402
     HuggingfaceLoRALanguageModel,
     LoRASettings,
 )
+from src.online_training.trainer import RLTrainingCallback  # noqa: E402
 from src.records.chat import Role  # noqa: E402
 from src.records.episode import Episode, Sample  # noqa: E402
+from src.run.callbacks import BatchContext, TrainingSchedule  # noqa: E402
+from src.run.rollout import roll_out_lockstep  # noqa: E402
 from src.storage.files import atomic_write_json  # noqa: E402
 from src.tasks.instance.math_problems.rewards import accuracy  # noqa: E402
 from src.tasks.instance.math_problems.task import MathProblemsTask  # noqa: E402
@@ -147,13 +147,13 @@ class OurTrainer:
                                  max_new_tokens=arguments.max_new_tokens)
         # The trainer scores at the temperature each trajectory records: the agent's 1.0.
         self.callback = RLTrainingCallback(
-            self.model, algorithm="grpo",
-            advantage=AdvantageSettings(clip=None, zero_std_groups="keep"),
+            self.model,
+            advantage=AdvantageSettings(estimator="grpo", clip=None, zero_std_groups="keep"),
             ppo=PPOSettings(loss="ppo_clip", clip_ratio_low=0.2, clip_ratio_high=0.2,
                             dual_clip=None, epochs=1, mini_batch_size=None,
                             aggregation=LOSS_TYPES[arguments.loss_type], entropy_coeff=0.0,
                             mask_truncated_completions=False),
-            kl=KLSettings(coef=0.0), reward=RewardSettings(source="task"),
+            kl=KLSettings(coef=0.0), reward=RewardSettings(),
             optimizer=OptimizerSettings(
                 optimizer_class="AdamW", learning_rate=arguments.learning_rate,
                 weight_decay=0.0, lr_schedule="constant", warmup_ratio=0.0,

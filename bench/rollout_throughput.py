@@ -1,6 +1,6 @@
 """Rollout throughput: multi-turn episodes stepped in lockstep versus one at a time.
 
-Both modes run the experiment loop's own rollout (src.experiment.rollout) on the same
+Both modes run the experiment loop's own rollout (src.run.rollout) on the same
 episodes (same samples, same task seeds), sampled (temperature 1 unless --temperature)
 from the embedded model. Lockstep sends every running episode's turn to the model in
 one batched call, as LifelongAgentBench does; sequential runs each episode to its end
@@ -34,11 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from src.agents.instance.lora_rl_agent import LoRARLAgent  # noqa: E402
-from src.experiment.rollout import roll_out_lockstep  # noqa: E402
 from src.language_models.instance.huggingface_lora_language_model import (  # noqa: E402
     HuggingfaceLoRALanguageModel,
 )
 from src.records.episode import Episode  # noqa: E402
+from src.run.rollout import roll_out_lockstep  # noqa: E402
 from src.storage.files import atomic_write_json  # noqa: E402
 from src.tasks.task import Task  # noqa: E402
 

@@ -29,6 +29,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from src.configuration.assignment import ExperimentConfig  # noqa: E402
 from src.configuration.components import REGISTRY, constructor_fields, import_dotted  # noqa: E402
+from src.configuration.flat_names import FLAT_NAMES, TRAINER  # noqa: E402
 from src.offline_training.config import OfflineExperimentConfig  # noqa: E402
 from src.supervised_training.config import SupervisedExperimentConfig  # noqa: E402
 
@@ -169,6 +170,21 @@ def component_section(short_name: str, dotted: str, seen: set[type],
         model_section(model, seen, sections)
 
 
+def flat_names_section() -> str:
+    """The table a config's RL trainer parameters are read by (src.configuration.flat_names)."""
+    lines = ["## Flat names", "",
+             "LifelongAgentBench writes some of the RL trainer's settings flat, beside its "
+             "parameters; a config is read with each moved to the key it stands for (the "
+             "same setting given both ways with different values is an error). Outcome "
+             "rewards go to the task's parameters of the same name, an error where the task "
+             "takes none.", "",
+             "| flat name | read as |", "| --- | --- |"]
+    for flat, (owner, path) in FLAT_NAMES.items():
+        target = f"`{'.'.join(path)}`" if owner == TRAINER else f"the task's `{'.'.join(path)}`"
+        lines.append(f"| `{flat}` | {target} |")
+    return "\n".join(lines) + "\n"
+
+
 def render() -> str:
     seen: set[type] = set()
     sections = [HEADER, "## Config files\n"]
@@ -178,6 +194,7 @@ def render() -> str:
     sections.append("## Components, by registered short name\n")
     for short_name, dotted in sorted(REGISTRY.items()):
         component_section(short_name, dotted, seen, sections)
+    sections.append(flat_names_section())
     return "\n".join(sections)
 
 

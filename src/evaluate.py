@@ -16,116 +16,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from src.agents.agent import Agent
 from src.configuration.errors import ConfigError
-from src.configuration.yaml_source import YamlSource
-from src.experiment.assembly import (
-    build_language_models,
-    instantiate,
-    load_experiment_config,
-    plan_experiment,
-)
-from src.experiment.evaluation import EVALUATION_PREFIXES, Evaluator
-from src.experiment.loop import assignment_evaluator
-from src.experiment.run_directory import (
-    AGENT_STATE,
-    CONFIG_FILE,
-    STATE_FILE,
-    TASK_STATE,
-    RunDirectory,
-)
 from src.export.checkpoint_export import ExportError, find_adapter
-from src.language_models.language_model import LanguageModel, TrainableLanguageModel
-from src.offline_training.config import (
-    OFFLINE_TRAINING_KEY,
-    load_offline_config,
-    plan_offline_training,
-)
-from src.offline_training.run import build_policy, offline_evaluator
+from src.language_models.language_model import LanguageModel
 from src.report.run_end import evaluation_line
-from src.storage.files import atomic_write_json, atomic_write_text
-from src.storage.state import Stateful, keeps_state
-from src.supervised_training.config import (
-    SUPERVISED_TRAINING_KEY,
-    load_supervised_config,
-    plan_supervised_training,
-)
-from src.supervised_training.run import build_parts, supervised_evaluator
-from src.tasks.task import Task
-from src.training.checkpoints import BEST, BEST_MARK, TRAINING_STEP, CheckpointStore
+from src.run.folder import RunDirectory
+from src.run.pipeline import pipeline_of
+from src.run.protocol import BEST, BEST_MARK
+from src.run_experiment import PIPELINES
+from src.storage.checkpoint_store import CheckpointStore, check_checkpoint
+from src.storage.files import DamagedRunFolder, atomic_write_json, atomic_write_text, read_json
+from src.storage.run_layout import CONFIG_FILE, EVALUATION_PREFIXES, METRICS_LOG, STATE_FILE
+from src.training.training_state import TRAINING_STEP
 
-ASSIGNMENT_KEY = "assignment_config"
 START = "start"
-
-
-@dataclass
-class Built:
-    """What an evaluation needs of a run, built from its config."""
-
-    evaluator: Evaluator
-    policy: TrainableLanguageModel  # the model whose checkpoints the run saved
-    language_models: list[LanguageModel]
-    # task and agent state the run checkpointed beside the adapter: store folder -> owner
-    stateful: dict[str, Stateful] = field(default_factory=dict)
-
-
-def _only_trainable(models: dict[str, LanguageModel]) -> TrainableLanguageModel:
-    trainable = [model for model in models.values() if isinstance(model, TrainableLanguageModel)]
-    if len(trainable) != 1:
-        raise ConfigError(f"the run has {len(trainable)} trainable language models; "
-                          "evaluate needs exactly one")
-    return trainable[0]
-
-
-def _build_assignment(path: Path, models: dict[str, LanguageModel]) -> Built:
-    config, source = load_experiment_config(path)
-    plan = plan_experiment(config, source)
-    build_language_models(plan, models)  # as the run built them; no callbacks: no update
-    agent: Agent = instantiate(plan.agent, models)
-    task: Task[Any] = instantiate(plan.task, models)
-    stateful = {store: owner for store, owner in ((TASK_STATE, task), (AGENT_STATE, agent))
-                if keeps_state(owner)}
-    return Built(assignment_evaluator(config.assignment_config, task, agent),
-                 _only_trainable(models), list(models.values()), stateful)
-
-
-def _build_supervised(path: Path, models: dict[str, LanguageModel]) -> Built:
-    source = YamlSource(path)
-    plan = plan_supervised_training(load_supervised_config(source), source)
-    if plan.config.supervised_training_config.evaluation is None:
-        raise ConfigError(f"{path}: the run has no evaluation settings (evaluation: null)")
-    policy, task, agent = build_parts(plan, models)  # as the run built them
-    evaluator = supervised_evaluator(plan.config.supervised_training_config, task, agent)
-    assert evaluator is not None  # the settings were checked above
-    return Built(evaluator, policy, [policy])
-
-
-def _build_offline(path: Path, models: dict[str, LanguageModel]) -> Built:
-    source = YamlSource(path)
-    plan = plan_offline_training(load_offline_config(source), source)
-    offline = plan.config.offline_training_config
-    if offline.evaluation is None:
-        raise ConfigError(f"{path}: the run has no evaluation settings (evaluation: null)")
-    policy = models[offline.language_model.name] = build_policy(plan)  # as the run built it
-    evaluator = offline_evaluator(plan, policy)
-    assert evaluator is not None  # the settings were checked above
-    return Built(evaluator, policy, [policy])
-
-
-# Each kind of run: how to build it, and where its task and evaluation settings are.
-KINDS: dict[str, tuple[Callable[[Path, dict[str, LanguageModel]], Built], tuple[str, ...],
-                       tuple[str, ...]]] = {
-    ASSIGNMENT_KEY: (_build_assignment, ("task",), ("evaluation",)),
-    SUPERVISED_TRAINING_KEY: (_build_supervised, ("task",), ("evaluation",)),
-    OFFLINE_TRAINING_KEY: (_build_offline, ("evaluation", "task"), ("evaluation",)),
-}
 
 
 def _parse_assignment(text: str) -> tuple[list[str], Any]:
@@ -152,11 +62,8 @@ def evaluated_config(run_config: dict[str, Any], target_dir: Path,
                      ) -> tuple[str, dict[str, Any]]:
     """The run's config with the task and evaluation changes applied and its output_dir
     set to `target_dir`; and which kind of run it is."""
-    kinds = [key for key in KINDS if key in run_config]
-    if len(kinds) != 1:
-        raise ConfigError(f"the run's {CONFIG_FILE} is none of {', '.join(KINDS)}")
-    kind = kinds[0]
-    _, task_path, evaluation_path = KINDS[kind]
+    pipeline = pipeline_of(run_config, PIPELINES, CONFIG_FILE)
+    kind, task_path, evaluation_path = pipeline.key, pipeline.task_path, pipeline.evaluation_path
     section = run_config[kind]
     section["output_dir"] = str(target_dir)
     parameters = _section(section, task_path, "task")
@@ -186,7 +93,7 @@ def checkpoint_step(output_dir: Path, checkpoint: str, callback: str | None
         return 0, None, 0
     found = find_adapter(output_dir, checkpoint, callback)
     if found.checkpoint == BEST:
-        mark = json.loads((found.store / BEST / BEST_MARK).read_text(encoding="utf-8"))
+        mark = read_json(found.store / BEST / BEST_MARK)
         step = int(mark.get("step", mark.get("epoch", -1)))
         if step < 0:
             raise ExportError(f"{found.store / BEST / BEST_MARK} names no step")
@@ -199,7 +106,7 @@ def checkpoint_step(output_dir: Path, checkpoint: str, callback: str | None
     if record is None:
         raise ExportError(f"{candidates[0]} is missing: the checkpoint's policy version "
                           "is unknown")
-    saved = json.loads(record.read_text(encoding="utf-8"))
+    saved = read_json(record)
     return step, found.path, int(saved["policy_version"])
 
 
@@ -220,7 +127,7 @@ def evaluate(output_dir: Path, target_dir: Path, checkpoint: str = "best",
     atomic_write_text(config_path, yaml.safe_dump(config, sort_keys=False))
     models: dict[str, LanguageModel] = {}
     try:
-        built = KINDS[kind][0](config_path, models)
+        built = PIPELINES[kind].build_for_evaluation(config_path, models)
     except (ValueError, TypeError, OSError) as error:
         for language_model in models.values():
             language_model.close()
@@ -233,6 +140,7 @@ def evaluate(output_dir: Path, target_dir: Path, checkpoint: str = "best",
         for store, owner in built.stateful.items():
             folder = RunDirectory(output_dir).path / store / f"checkpoint-{step:06d}"
             if folder.is_dir():
+                check_checkpoint(folder)
                 owner.restore_state(folder)
             elif step > 0:
                 raise ExportError(f"{folder} is missing: the run pruned the {store} of step "
@@ -244,7 +152,7 @@ def evaluate(output_dir: Path, target_dir: Path, checkpoint: str = "best",
         built.evaluator.task.close()
         for language_model in built.language_models:
             language_model.close()
-    atomic_write_text(target_dir / "metrics.jsonl", json.dumps({"step": step, **stats}) + "\n")
+    atomic_write_text(target_dir / METRICS_LOG, json.dumps({"step": step, **stats}) + "\n")
     atomic_write_json(target_dir / "evaluated.json", {
         "run": str(output_dir), "checkpoint": checkpoint, "step": step,
         "adapter": None if adapter is None else str(adapter), "policy_version": version,
@@ -287,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         row = evaluate(arguments.output_dir, target_dir, arguments.checkpoint,
                        arguments.callback, arguments.task, changes)
-    except (ConfigError, ExportError) as error:
+    except (ConfigError, ExportError, DamagedRunFolder) as error:
         print(f"evaluate error: {error}", file=sys.stderr)
         return 2
     print(json.dumps(row, indent=2))

@@ -1,14 +1,14 @@
 """Run an assignment: python src/run_experiment.py --config_path configs/assignments/X.yaml
 
-A file whose top-level key is `offline_training_config` (instead of `assignment_config`)
-runs offline group training (src/offline_training); `supervised_training_config`, the
-supervised stage (src/supervised_training).
+The file's top-level key picks the pipeline: `assignment_config` online RL
+(src/online_training), `supervised_training_config` the supervised stage
+(src/supervised_training), `offline_training_config` offline group training
+(src/offline_training).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
@@ -16,20 +16,16 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `import src...` work from anywhere
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from src.configuration.assignment import ExperimentConfig  # noqa: E402
-from src.experiment.assembly import (  # noqa: E402
-    ExperimentPlan,
-    build_components,
-    load_experiment_config,
-    plan_experiment,
-)
-from src.experiment.loop import ExperimentLoop  # noqa: E402
-from src.experiment.run_directory import StorageFailure, start_run, storage_guard  # noqa: E402
-from src.offline_training.config import declares_offline_training  # noqa: E402
-from src.offline_training.run import run_offline_training  # noqa: E402
-from src.report.run_end import end_of_run_report  # noqa: E402
-from src.supervised_training.config import declares_supervised_training  # noqa: E402
-from src.supervised_training.run import run_supervised_training  # noqa: E402
+from src.configuration.errors import ConfigError  # noqa: E402
+from src.configuration.yaml_source import YamlSource  # noqa: E402
+from src.offline_training.run import PIPELINE as OFFLINE_TRAINING  # noqa: E402
+from src.online_training.run import PIPELINE as ONLINE_TRAINING  # noqa: E402
+from src.run.folder import DamagedRunFolder, RunOptions, StorageFailure  # noqa: E402
+from src.run.pipeline import pipeline_of, pipelines_by_key  # noqa: E402
+from src.supervised_training.run import PIPELINE as SUPERVISED_TRAINING  # noqa: E402
+
+# The file's top-level key -> its pipeline (the evaluate command reads the same table).
+PIPELINES = pipelines_by_key([ONLINE_TRAINING, SUPERVISED_TRAINING, OFFLINE_TRAINING])
 
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -47,55 +43,31 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command's exit status: 0 done, 2 a config or data error, 3 the output folder
-    refused a write (full or read-only; the run resumes once it is fixed)."""
+    """The command's exit status: 0 done, 2 a config or data error (a damaged run folder
+    too), 3 the output folder refused a write (full or read-only; the run resumes once it
+    is fixed)."""
     arguments = parse_arguments(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return run_command(arguments)
+    except DamagedRunFolder as error:
+        print(f"run folder error: {error}", file=sys.stderr)
+        return 2
     except StorageFailure as failure:
         print(f"storage error: {failure}", file=sys.stderr)
         return 3
 
 
 def run_command(arguments: argparse.Namespace) -> int:
-    if declares_offline_training(arguments.config_path):
-        return run_offline_training(arguments.config_path, arguments.output_dir,
-                                    arguments.dry_run, arguments.new_run,
-                                    show_progress=not arguments.no_progress)
-    if declares_supervised_training(arguments.config_path):
-        return run_supervised_training(arguments.config_path, arguments.output_dir,
-                                       arguments.dry_run, arguments.new_run,
-                                       show_progress=not arguments.no_progress)
-
-    def prepare() -> tuple[ExperimentConfig, ExperimentPlan, str]:
-        config, source = load_experiment_config(arguments.config_path)
-        if arguments.output_dir is not None:
-            assignment = config.assignment_config.model_copy(
-                update={"output_dir": arguments.output_dir})
-            config = config.model_copy(update={"assignment_config": assignment})
-        return config, plan_experiment(config, source), config.assignment_config.output_dir
-
-    started = start_run(prepare, arguments.config_path, arguments.dry_run, arguments.new_run,
-                        "batch")
-    if isinstance(started, int):
-        return started
-    run, state, plan = started
-    assert isinstance(plan, ExperimentPlan)
-    with storage_guard(run.path):
-        components = build_components(plan)
-        try:
-            loop = ExperimentLoop(plan.config.assignment_config, components, run,
-                                  show_progress=not arguments.no_progress)
-            summary = loop.execute(state)
-        finally:
-            for language_model in components.language_models.values():
-                language_model.close()
-        report = end_of_run_report(run.path)
-    if summary["overall"]:  # empty when the run only evaluated (max_batches 0)
-        print(json.dumps(summary["overall"], indent=2))
-    print(report)
-    return 0
+    """Read the file once, then hand it to the pipeline its top-level key names."""
+    try:
+        source = YamlSource(arguments.config_path)
+        pipeline = pipeline_of(source.data, PIPELINES, str(arguments.config_path))
+    except ConfigError as error:
+        print(f"config error: {error}", file=sys.stderr)
+        return 2
+    return pipeline.train(source, RunOptions(arguments.output_dir, arguments.dry_run,
+                                             arguments.new_run, not arguments.no_progress))
 
 
 if __name__ == "__main__":

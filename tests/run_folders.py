@@ -90,3 +90,13 @@ def run_recipe_cut(tmp_path: Path, recipe: str, settings: str) -> Path:
 def jsonl_rows(path: Path) -> list[dict]:
     """The rows of a jsonl file (runs.jsonl, metrics.jsonl, an evaluation file)."""
     return [json.loads(line) for line in path.open()]
+
+
+def scalar_steps(output: Path, tag: str) -> list[int]:
+    """The steps of every value of `tag` in the run's TensorBoard files, repeats kept."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(output / "tensorboard"), size_guidance={"scalars": 0},
+                              purge_orphaned_data=False)
+    events.Reload()
+    return sorted(event.step for event in events.Scalars(tag))

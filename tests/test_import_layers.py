@@ -15,17 +15,18 @@ SOURCE = Path(__file__).resolve().parents[1] / "src"
 
 # Higher imports lower; a package never imports one of the same or a higher rank.
 LAYERS: dict[str, int] = {
-    "run_experiment": 8, "evaluate": 8,  # entry points
-    "offline_training": 7,  # a pipeline over the online one's run folder
-    "supervised_training": 7,  # the supervised stage, over the same run folder
-    "report": 6, "export": 6,  # read run folders: curves and end-of-run lines; exports
-    "experiment": 5,  # the online pipeline: loop, rollout, run folder
-    "callbacks": 4,
+    "evaluate": 7,  # re-evaluates a run's checkpoint through run_experiment's table
+    "run_experiment": 6,  # the entry point: the table of pipelines by top-level key
+    "callbacks": 6,  # LifelongAgentBench's module paths of the callback contract and trainer
+    "online_training": 5, "supervised_training": 5, "offline_training": 5,  # pipelines
+    "export": 5,  # a run folder's adapter, exported
+    "run": 4,  # the run kernel: assembly, run folder, commit protocol, metrics, rollout
     "training": 3,  # the training core
     "agents": 2, "tasks": 2,
     "language_models": 1,
+    "report": 1,  # reads run folders (their layout is storage's): curves, run page
     "records": 0, "storage": 0, "maths": 0, "configuration": 0,  # leaves
-    "runtime": 0,  # process-wide execution settings (deterministic kernels)
+    "runtime": 0,  # process-wide execution settings (deterministic kernels, the Ray cluster)
 }
 
 

@@ -15,6 +15,8 @@ from typing import Any
 import gymnasium
 
 _INTEGER = re.compile(r"-?\d+")
+# a guess of more digits is out of range however it reads (and int() refuses past 4,300)
+_MAX_DIGITS = 20
 
 
 class NumberGuess(gymnasium.Env[str, str]):
@@ -40,7 +42,7 @@ class NumberGuess(gymnasium.Env[str, str]):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self._guesses += 1
         match = _INTEGER.search(action)
-        guess = int(match.group()) if match else None
+        guess = int(match.group()) if match and len(match.group()) <= _MAX_DIGITS else None
         out_of_guesses = self._guesses >= self.max_guesses
         if guess == self._secret:
             return "Correct!", 1.0, True, False, {"is_success": True}

@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from src.experiment.evaluation import evaluation_file
 from src.records.episode import EpisodeRecord, count_successes
 from src.report.run_end import success_with_interval
+from src.run.evaluation import evaluation_file
 from src.storage.files import read_validated_json_lines
 
 

@@ -33,7 +33,7 @@ REGISTRY: dict[str, str] = {
     ),
     "rollout_pool": "src.language_models.rollout_pool.pool.RolloutPool",
     "vllm": "src.language_models.instance.vllm_language_model.VLLMLanguageModel",
-    "rl_training": "src.callbacks.instance.rl_training_callback.RLTrainingCallback",
+    "rl_training": "src.online_training.trainer.RLTrainingCallback",
 }
 
 
@@ -50,7 +50,7 @@ def import_dotted(path: str) -> Any:
 
 def import_component_class(path: str, expected_base: type) -> Any:
     """A class path, or a module path (LifelongAgentBench names a module file, the class
-    implied): then the one concrete `expected_base` class the module itself defines."""
+    implied): then the one concrete `expected_base` class the module defines or exports."""
     try:
         module = importlib.import_module(path)
     except ModuleNotFoundError as error:
@@ -59,10 +59,14 @@ def import_component_class(path: str, expected_base: type) -> Any:
         return import_dotted(path)
     except (ValueError, TypeError) as error:  # empty or relative: no path at all
         raise ImportError(f"'{path}' is not a dotted path 'package.module[.Class]'") from error
+    # the classes it defines, and those it names in __all__ (a module kept at a path
+    # configs name while the class moved)
+    exported = set(getattr(module, "__all__", ()))
     candidates = sorted(
-        (value for value in vars(module).values()
-         if inspect.isclass(value) and value.__module__ == module.__name__
-         and issubclass(value, expected_base) and not inspect.isabstract(value)),
+        {value for name, value in vars(module).items()
+         if inspect.isclass(value) and issubclass(value, expected_base)
+         and not inspect.isabstract(value)
+         and (value.__module__ == module.__name__ or name in exported)},
         key=lambda cls: cls.__name__)
     if len(candidates) == 1:
         return candidates[0]

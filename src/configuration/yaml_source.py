@@ -272,16 +272,6 @@ def load_yaml_text(text: str) -> Any:
     return yaml.load(text, Loader=_NumberAwareLoader)
 
 
-def declares_top_level_key(path: Path, key: str) -> bool:
-    """Whether the file's top-level mapping has `key` (which pipeline runs it). An
-    unreadable file answers False: the assignment path then reports what is wrong."""
-    try:
-        data = YamlSource(path).data
-    except ConfigError:
-        return False
-    return isinstance(data, dict) and key in data
-
-
 def validate_keyed(source: YamlSource, key: str, model: type[Model]) -> Model:
     """The file as `model`, whose one field is `key`."""
     if not isinstance(source.data, dict):

@@ -19,6 +19,7 @@ from src.export.checkpoint_export import (
     export_merged,
     find_adapter,
 )
+from src.storage.files import DamagedRunFolder
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         found = find_adapter(arguments.output_dir, arguments.checkpoint, arguments.callback)
         check_target(arguments.output_dir, arguments.target_dir)
-    except ExportError as error:
+    except (ExportError, DamagedRunFolder) as error:
         print(f"export error: {error}", file=sys.stderr)
         return 2
     print(f"checkpoint {found.checkpoint} of {found.store}")

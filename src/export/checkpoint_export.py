@@ -25,12 +25,13 @@ from typing import Literal
 
 import torch
 
-from src.experiment.run_directory import RunDirectory
 from src.language_models.embedded_model import resolve_model_path
-from src.storage.files import atomic_directory
-from src.training.checkpoints import ADAPTER, BEST, BEST_MARK, CheckpointStore
+from src.run.folder import TRAINING_STATE, RunDirectory
+from src.run.protocol import BEST, BEST_MARK
+from src.storage.checkpoint_store import CheckpointStore, check_checkpoint
+from src.storage.files import DamagedRunFolder, atomic_directory, read_json
+from src.training.training_state import ADAPTER
 
-OFFLINE_STORE = "training_state"
 EXPORT_RECORD = "export.json"
 EXPORTED = ("adapter", "merged")  # the folders an export writes into its target
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -60,8 +61,8 @@ def checkpoint_stores(output_dir: Path) -> dict[str, Path]:
         stores = {folder.name: folder for folder in sorted(callbacks.iterdir())
                   if folder.is_dir() and (CheckpointStore(folder).steps()
                                           or (folder / BEST).is_dir())}
-    if (output_dir / OFFLINE_STORE).is_dir():
-        stores[OFFLINE_STORE] = output_dir / OFFLINE_STORE
+    if (output_dir / TRAINING_STATE).is_dir():
+        stores[TRAINING_STATE] = output_dir / TRAINING_STATE
     return stores
 
 
@@ -97,7 +98,14 @@ def find_adapter(output_dir: Path, checkpoint: str = "best",
             raise ExportError(f"checkpoint '{checkpoint}' is not best, latest or one of the "
                               f"committed steps {committed} in {store.root}")
         checkpoint, folder = str(step), store.path(step) / ADAPTER
-    config = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))
+    try:
+        check_checkpoint(folder)
+    except DamagedRunFolder as error:
+        raise ExportError(f"{error}: checkpoint {checkpoint} of {store.root} is damaged; "
+                          f"choose another with --checkpoint (committed: {committed or 'none'}"
+                          + (", best" if (store.root / BEST / BEST_MARK).is_file() else "")
+                          + ")") from error
+    config = read_json(folder / "adapter_config.json")
     return FoundAdapter(folder, store.root, checkpoint, str(config["base_model_name_or_path"]))
 
 

@@ -14,7 +14,7 @@ Each is a class an implementation subclasses:
   engine: the Hugging Face policy is both, by subclassing both.
 
 How an in-process policy samples its own weights is its `Sampler`'s business
-(src.language_models.sampler).
+(src.language_models.huggingface.sampler).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pydantic import Field
 FinishReason = Literal["stop", "length"]
 # A trainable model that can be built without its base weights takes this parameter:
 # "load" them, or "meta" (the base model on the meta device, only the adapter real) in a
-# process that neither samples nor scores with it (src.experiment.assembly chooses).
+# process that neither samples nor scores with it (src.run.assembly chooses).
 BASE_WEIGHTS = "base_weights"
 BaseWeights = Literal["load", "meta"]
 DEFAULT_ROLE_DICT: dict[str, str] = {"user": "user", "agent": "assistant"}
@@ -115,7 +115,7 @@ class NamesModels:
         """The parameters naming a language model that a component of these (configured)
         parameters uses only for its adapter, tokenizer and settings, never sampling or
         scoring with it in this process; none by default. A model used only so may be
-        built without its base weights (src.experiment.assembly)."""
+        built without its base weights (src.run.assembly)."""
         return frozenset()
 
 
@@ -307,7 +307,10 @@ class TrainableLanguageModel(VersionedPolicy):
     def save_adapter(self, directory: Path) -> None: ...
 
     @abstractmethod
-    def train_mode(self) -> None: ...
+    def train_mode(self, dropout: bool = True) -> None:
+        """Ready for a backward. `dropout` False: every dropout stays off (the PPO ratio
+        of an on-policy update is 1), while what trains only in training mode, gradient
+        checkpointing, still does."""
 
     @abstractmethod
     def eval_mode(self) -> None: ...

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from pydantic import (
     Field,
@@ -16,9 +15,9 @@ from pydantic import (
 
 from src.agents.agent import Agent
 from src.configuration.assignment import ComponentConfig, StrictModel
-from src.configuration.yaml_source import YamlSource, declares_top_level_key, validate_keyed
-from src.experiment.assembly import ComponentPlan, plan_component
+from src.configuration.yaml_source import YamlSource, validate_keyed
 from src.language_models.language_model import TrainableLanguageModel
+from src.run.assembly import ComponentPlan, plan_component
 from src.tasks.task import Task
 from src.training.aggregation import LossAggregation
 from src.training.kl import KLEstimator
@@ -141,10 +140,6 @@ class OfflineTrainingPlan:
         lines += [plan.describe() for plan in (self.task, self.agent) if plan is not None]
         lines.append(f"output_dir: {offline.output_dir}")
         return "\n".join(lines)
-
-
-def declares_offline_training(path: Path) -> bool:
-    return declares_top_level_key(path, OFFLINE_TRAINING_KEY)
 
 
 def load_offline_config(source: YamlSource) -> OfflineExperimentConfig:

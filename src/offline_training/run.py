@@ -7,18 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from src.experiment.assembly import instantiate
-from src.experiment.evaluation import Evaluator
-from src.experiment.run_directory import (
-    RunDirectory,
-    RunNotFound,
-    RunState,
-    keyed_config,
-    resolve_latest,
-    start_run,
-    storage_guard,
-)
-from src.language_models.language_model import TrainableLanguageModel
+from src.configuration.errors import ConfigError
+from src.configuration.yaml_source import YamlSource
+from src.language_models.language_model import LanguageModel, TrainableLanguageModel
 from src.offline_training.config import (
     OFFLINE_TRAINING_KEY,
     GroupsConfig,
@@ -35,6 +26,20 @@ from src.offline_training.groups import (
 )
 from src.offline_training.trainer import OfflineGroupTrainer
 from src.report.run_end import end_of_run_report
+from src.run.assembly import instantiate
+from src.run.evaluation import Evaluator
+from src.run.folder import (
+    RunDirectory,
+    RunNotFound,
+    RunOptions,
+    RunState,
+    Stopped,
+    keyed_config,
+    resolve_latest,
+    start_run,
+    storage_guard,
+)
+from src.run.pipeline import EvaluationParts, Pipeline
 from src.runtime.reproducibility import prepare_model_building
 from src.tasks.task import Task
 
@@ -51,17 +56,14 @@ def read_configured_groups(groups: GroupsConfig) -> tuple[list[ScoredGroup], str
                             source.id_key), str(path)
 
 
-def run_offline_training(config_path: Path, output_dir: str | None = None,
-                         dry_run: bool = False, new_run: bool = False,
-                         show_progress: bool = True) -> int:
+def run_offline_training(source: YamlSource, options: RunOptions) -> int:
     """Validate, then train (or resume); the exit status of the command."""
-    prepare = keyed_config(config_path, OFFLINE_TRAINING_KEY, load_offline_config,
-                           plan_offline_training, output_dir)
-    started = start_run(prepare, config_path, dry_run, new_run, "epoch")
-    if isinstance(started, int):
-        return started
-    run, state, plan = started
-    assert isinstance(plan, OfflineTrainingPlan)
+    prepare = keyed_config(source, OFFLINE_TRAINING_KEY, load_offline_config,
+                           plan_offline_training, options.output_dir)
+    started = start_run(prepare, source.path, options, "epoch")
+    if isinstance(started, Stopped):
+        return started.exit_status
+    run, plan = started.run, started.plan
     offline = plan.config.offline_training_config
     with storage_guard(run.path):
         try:
@@ -70,7 +72,7 @@ def run_offline_training(config_path: Path, output_dir: str | None = None,
         except (GroupFileError, RunNotFound) as error:
             print(f"data error: {error}", file=sys.stderr)
             return 2
-        summary = train(plan, groups, run, state, show_progress)
+        summary = train(plan, groups, run, started.state, options.show_progress)
         report = end_of_run_report(run.path)
     print(json.dumps(summary, indent=2))
     print(report)
@@ -116,3 +118,20 @@ def offline_evaluator(plan: OfflineTrainingPlan,
     task: Task = instantiate(plan.task, models)
     return Evaluator(task, agent, ["validation"], evaluation.max_samples,
                      evaluation.temperature, evaluation.batch_size, offline.random_seed)
+
+
+def build_for_evaluation(path: Path, models: dict[str, LanguageModel]) -> EvaluationParts:
+    """The policy as the run built it, and the evaluation's task and agent."""
+    source = YamlSource(path)
+    plan = plan_offline_training(load_offline_config(source), source)
+    offline = plan.config.offline_training_config
+    if offline.evaluation is None:
+        raise ConfigError(f"{path}: the run has no evaluation settings (evaluation: null)")
+    policy = models[offline.language_model.name] = build_policy(plan)
+    evaluator = offline_evaluator(plan, policy)
+    assert evaluator is not None  # the settings were checked above
+    return EvaluationParts(evaluator, policy, [policy])
+
+
+PIPELINE = Pipeline(OFFLINE_TRAINING_KEY, run_offline_training, build_for_evaluation,
+                    task_path=("evaluation", "task"), evaluation_path=("evaluation",))

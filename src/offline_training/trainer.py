@@ -12,7 +12,7 @@ src.training.offline_groups and the training core (src.training.learner).
 Files under output_dir/training_state/:
   reference_logprobs/, old_logprobs/   frozen per-token log-probs (one tensor per candidate)
   checkpoint-NNNNNN/, best/            after epoch N, in the layout of every pipeline
-                                       (src.training.checkpoints; best/ per `is_new_best`),
+                                       (src.run.protocol; best/ per `best_rule`),
                                        the last 3 kept
 """
 
@@ -29,15 +29,15 @@ from typing import Literal
 import torch
 from tqdm import tqdm
 
-from src.experiment.metrics import MetricsLog
-from src.experiment.run_directory import RunDirectory, RunState
-from src.experiment.run_protocol import RunProtocol
 from src.language_models.language_model import TrainableLanguageModel
 from src.offline_training.config import OfflineTrainingConfig
 from src.offline_training.groups import ScoredGroup, tokenize_groups
+from src.run.folder import TRAINING_STATE, RunDirectory, RunState
+from src.run.metrics import MetricsLog
+from src.run.protocol import BestRule, Part, RunProtocol
+from src.storage.checkpoint_store import CheckpointStore
 from src.storage.files import atomic_directory
 from src.storage.state import Stateful
-from src.training.checkpoints import TRAINING_STEP, CheckpointStore, improves, mark_best
 from src.training.kl import kl_penalty
 from src.training.kl_control import KLController
 from src.training.learner import Learner, Objective, StepResult
@@ -54,18 +54,18 @@ from src.training.safe_load import load_plain
 from src.training.settings import OptimizerSettings
 from src.training.token_metrics import TokenMetrics
 from src.training.token_rows import TokenRows
+from src.training.training_state import TRAINING_STEP
 
 Phase = Literal["rce", "grpo"]
 MARGIN = "logp_margin/best_minus_worst"
 
 
-def is_new_best(best: dict[str, float] | None, margin: float | None, kl: float,
-                kl_limit: float) -> bool:
+def best_rule(kl_limit: float) -> BestRule:
     """The best/ rule: among the epochs whose KL to the reference (k3, measured on all groups
     after the epoch) stays within the band's upper edge `kl_limit`, the one with the largest
     best-vs-worst margin; an earlier epoch wins a tie. Where no epoch qualifies there is no
     best/: a larger margin bought by drifting far from the base model is not trusted."""
-    return kl <= kl_limit and improves(margin, None if best is None else best[MARGIN])
+    return BestRule(MARGIN, bound=("kl", kl_limit), step_key="epoch")
 
 
 class OfflineGroupTrainer(Stateful):
@@ -79,7 +79,7 @@ class OfflineGroupTrainer(Stateful):
         self.rows = TokenRows.from_sequences(self.data.sequences, self.data.masks,
                                              pad_id=language_model.pad_id)
         self.group_scores = [group.scores for group in groups]
-        self.state_dir = output_dir / "training_state"
+        self.state_dir = output_dir / TRAINING_STATE
         self.store = CheckpointStore(self.state_dir)
         self.metrics = MetricsLog(output_dir)
         self.evaluate = evaluate
@@ -91,7 +91,6 @@ class OfflineGroupTrainer(Stateful):
                                band_high=grpo.kl_band_high, band_factor=grpo.kl_band_factor)
         self.steps_per_epoch = math.ceil(len(groups) / config.training.groups_per_step)
         self.total_epochs = config.warmup.epochs + grpo.epochs
-        self.best: dict[str, float] | None = None
         self.epoch = 0  # the last epoch trained
         self.reference: list[torch.Tensor] = []
         self.old: list[torch.Tensor] = []
@@ -104,7 +103,8 @@ class OfflineGroupTrainer(Stateful):
     def train(self, run: RunDirectory, state: RunState) -> dict:
         """Train the epochs after the last committed one (`state.completed_batches` counts
         epochs here), committing each with its checkpoint; return the run's summary."""
-        protocol = RunProtocol(run, self.metrics.jsonl, [(self.store, self)])
+        protocol = RunProtocol(run, self.metrics, [
+            Part(self.store, self, best_rule(self.config.grpo.kl_band_high))])
         done = protocol.restore(state)  # drops rows and checkpoints of an unfinished epoch
         # The base model never changes: its log-probs are taken once, before any update.
         self.reference = self._frozen("reference_logprobs",
@@ -129,14 +129,13 @@ class OfflineGroupTrainer(Stateful):
                 measured = self._measure()
                 if self._phase_of(epoch) == "grpo":
                     self.kl.update(measured["kl"])  # the band rule, once per epoch
-                self._consider_best(epoch, measured)
                 self._log(epoch, metrics | measured)
                 self.epoch = epoch
-                protocol.commit(epoch)
+                protocol.commit(epoch, measured)
         finally:
             progress.close()
             self.metrics.close()
-        summary = {"epochs": self.total_epochs, "best": self.best,
+        summary = {"epochs": self.total_epochs, "best": protocol.best(),
                    "final": self.metrics.jsonl.read()[-1]}
         protocol.finish(summary)
         return summary
@@ -289,20 +288,10 @@ class OfflineGroupTrainer(Stateful):
             .abs().mean().item(),
         }
 
-    # ---- checkpoints -----------------------------------------------------------------
-    def _consider_best(self, epoch: int, measured: dict[str, float]) -> None:
-        margin = measured.get(MARGIN)
-        if is_new_best(self.best, margin, measured["kl"], self.config.grpo.kl_band_high):
-            self.best = {"epoch": epoch, MARGIN: margin, "kl": measured["kl"]}
-
     # ---- state, as the run protocol saves and restores it -----------------------------
     def save_state(self, directory: Path) -> None:
         self.learner.save(directory, {"epoch": self.epoch, "phase": self.phase,
-                                      "kl_coef": self.kl.beta, "best": self.best})
-        if self.best is not None and self.best["epoch"] == self.epoch:
-            mark_best(directory, self.best | {
-                "rule": f"largest {MARGIN} among epochs with kl <= "
-                        f"{self.config.grpo.kl_band_high}"})
+                                      "kl_coef": self.kl.beta})
 
     def restore_state(self, directory: Path) -> None:
         saved = json.loads((directory / TRAINING_STEP).read_text(encoding="utf-8"))
@@ -313,4 +302,3 @@ class OfflineGroupTrainer(Stateful):
             self._enter_phase(phase)
         state = self.learner.restore(directory, restore_optimizer=mid_phase)
         self.kl.beta = state["kl_coef"]
-        self.best = state["best"]

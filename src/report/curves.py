@@ -12,6 +12,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from src.storage.run_layout import METRICS_LOG  # noqa: E402
+
 CURVES = [
     ("reward", ["rollout/reward", "eval/reward"], "mean episode reward"),
     ("success", ["rollout/success_rate", "eval/success_rate"], "share of correct episodes"),
@@ -29,9 +31,9 @@ CURVES = [
 
 
 def load_metrics(output_dir: Path) -> list[dict[str, float]]:
-    path = output_dir / "metrics.jsonl"
+    path = output_dir / METRICS_LOG
     if not path.is_file():
-        raise FileNotFoundError(f"no metrics.jsonl in {output_dir}")
+        raise FileNotFoundError(f"no {METRICS_LOG} in {output_dir}")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from src.experiment.evaluation import EVALUATION_PREFIXES
 from src.maths.intervals import success_with_interval
 from src.report.curves import load_metrics, write_report
 from src.report.run_page import write_run_page
+from src.storage.run_layout import EVALUATION_PREFIXES
 
 SUCCESS, EPISODES = "eval/success_rate", "eval/episodes"
 

@@ -24,10 +24,10 @@ from typing import Any
 from src.report.curves import load_metrics, step_axis_label
 from src.report.run_page_charts import charts_html
 from src.report.run_page_episodes import episode_data
+from src.storage.run_layout import CONFIG_FILE, METRICS_LOG, RUNS_LOG, STATE_FILE
 
 PAGE = "run.html"
-CONFIG_FILE = "config.yaml"
-LAST_WRITES = ("metrics.jsonl", "run_state.json", "runs.jsonl")
+LAST_WRITES = (METRICS_LOG, STATE_FILE, RUNS_LOG)
 TIMED = {"time/rollout_seconds": "rolling out", "time/update_seconds": "updating"}
 PLACEHOLDER = re.compile(r"__RUN_PAGE_(TITLE|CHARTS|DATA|SCRIPT)__")
 # JSON inside <script>: none of these may close the element or start markup

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from src.experiment.evaluation import EVALUATION_PREFIXES, evaluation_file
-from src.experiment.metrics import spread
 from src.maths.intervals import success_with_interval
+from src.maths.spread import spread
 from src.records.episode import EpisodeRecord, count_successes
 from src.report.evaluation_table import ALL
 from src.report.paired_comparison import (
@@ -32,6 +31,7 @@ from src.report.paired_comparison import (
     paired_difference,
 )
 from src.storage.files import read_validated_json_lines
+from src.storage.run_layout import EVALUATION_PREFIXES, RUNS_LOG, evaluation_file
 
 TRAIN = "train"  # the source name of runs.jsonl's episodes
 MAX_TRAIN_EPISODES = 20_000  # beyond this, whole batches are left out evenly
@@ -196,7 +196,7 @@ def episode_data(output_dir: Path, against: Sequence[Path] = ()) -> dict[str, An
         source = f"{evaluation.run} · {evaluation.split}" if evaluation.run else evaluation.split
         evaluation.episodes = [table.add(source, evaluation.step, record)
                                for record in evaluation.records]
-    train_note = add_training_episodes(table, output_dir / "runs.jsonl")
+    train_note = add_training_episodes(table, output_dir / RUNS_LOG)
     return {"columns": COLUMNS, "strings": table.strings, "episodes": table.rows,
             "notes": [train_note] if train_note else [],
             "evaluations": [{"label": e.label, "run": e.run, "split": e.split, "step": e.step,

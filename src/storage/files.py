@@ -1,5 +1,6 @@
-"""Atomic file writes, an append-only jsonl log that can be cut back to a commit point, and
-telling a failed write's cause (a full disk, a read-only folder) from other failures."""
+"""Atomic file writes, an append-only jsonl log that can be cut back to a commit point,
+reading back a JSON file a run wrote, and telling a failed write's cause (a full disk, a
+read-only folder) from other failures."""
 
 from __future__ import annotations
 
@@ -35,6 +36,28 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, value: Any) -> None:
     atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+class DamagedRunFolder(ValueError):
+    """A file of a run folder is missing, empty or not what the run wrote there (or a log
+    holds less than its commit point committed); the message names the file, the problem
+    and what to do."""
+
+
+def read_json(path: Path) -> Any:
+    """The JSON value a run wrote to `path`; DamagedRunFolder naming the file when it is
+    empty (a copy cut short: every write here is atomic) or not JSON."""
+    data = path.read_bytes()
+    if not data:
+        raise DamagedRunFolder(f"{path}: empty (0 bytes)")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise DamagedRunFolder(f"{path}: not JSON (not UTF-8 text at byte {error.start})"
+                               ) from error
+    except json.JSONDecodeError as error:
+        raise DamagedRunFolder(f"{path}: not JSON ({error.msg} at line {error.lineno} "
+                               f"column {error.colno})") from error
 
 
 @contextmanager

@@ -1,7 +1,7 @@
 """The one state protocol of a run's parts: a trainer, a task family, an agent.
 
 A part that a resumed run must restore declares it by subclassing `Stateful`; nothing
-else is asked of it. The run protocol (src.experiment.run_protocol) gives each such part
+else is asked of it. The run protocol (src.run.protocol) gives each such part
 a checkpoint store and calls `save_state` into a fresh folder at every commit and
 `restore_state` from the last committed one on resume.
 """

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
 
 from src.agents.agent import Agent
 from src.configuration.assignment import ComponentConfig, EvaluationSplits, StrictModel
-from src.configuration.yaml_source import YamlSource, declares_top_level_key, validate_keyed
-from src.experiment.assembly import ComponentPlan, check_selection_split, plan_component
-from src.experiment.evaluation import EVALUATION_PREFIXES
+from src.configuration.yaml_source import YamlSource, validate_keyed
 from src.language_models.language_model import TrainableLanguageModel
 from src.records.episode import Outcome
+from src.run.assembly import ComponentPlan, check_selection_split, plan_component
+from src.storage.run_layout import EVALUATION_PREFIXES
 from src.tasks.task import Task
 from src.training.settings import OptimizerSettings
 
@@ -190,10 +189,6 @@ class SupervisedTrainingPlan:
                  f"lr {training.optimizer.learning_rate} {training.optimizer.lr_schedule}",
                  f"output_dir: {supervised.output_dir}"]
         return "\n".join(lines)
-
-
-def declares_supervised_training(path: Path) -> bool:
-    return declares_top_level_key(path, SUPERVISED_TRAINING_KEY)
 
 
 def load_supervised_config(source: YamlSource) -> SupervisedExperimentConfig:

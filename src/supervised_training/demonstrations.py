@@ -13,10 +13,10 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from src.agents.instance.oracle_agent import OracleAgent
-from src.experiment.rollout import roll_out_lockstep
-from src.experiment.run_directory import resolve_latest
 from src.records.chat import Role
 from src.records.episode import EpisodeRecord, Outcome
+from src.run.folder import resolve_latest
+from src.run.rollout import roll_out_lockstep
 from src.storage.files import atomic_write_text, read_validated_json_lines
 from src.supervised_training.config import (
     ChatsJsonlDemonstrations,

@@ -10,19 +10,24 @@ from pathlib import Path
 from typing import Any
 
 from src.agents.agent import Agent
-from src.experiment.assembly import instantiate
-from src.experiment.evaluation import Evaluator
-from src.experiment.run_directory import (
+from src.configuration.errors import ConfigError
+from src.configuration.yaml_source import YamlSource
+from src.language_models.chat_template import demonstration_ids, probe_turn_boundary
+from src.language_models.language_model import LanguageModel, TrainableLanguageModel
+from src.report.run_end import end_of_run_report
+from src.run.assembly import instantiate
+from src.run.evaluation import Evaluator
+from src.run.folder import (
     RunDirectory,
     RunNotFound,
+    RunOptions,
     RunState,
+    Stopped,
     keyed_config,
     start_run,
     storage_guard,
 )
-from src.language_models.chat_template import demonstration_ids, probe_turn_boundary
-from src.language_models.language_model import LanguageModel, TrainableLanguageModel
-from src.report.run_end import end_of_run_report
+from src.run.pipeline import EvaluationParts, Pipeline
 from src.runtime.reproducibility import prepare_model_building
 from src.supervised_training.config import (
     SUPERVISED_TRAINING_KEY,
@@ -43,20 +48,17 @@ from src.training.token_rows import TokenRows
 logger = logging.getLogger(__name__)
 
 
-def run_supervised_training(config_path: Path, output_dir: str | None = None,
-                            dry_run: bool = False, new_run: bool = False,
-                            show_progress: bool = True) -> int:
+def run_supervised_training(source: YamlSource, options: RunOptions) -> int:
     """Validate, then train (or resume); the exit status of the command."""
-    prepare = keyed_config(config_path, SUPERVISED_TRAINING_KEY, load_supervised_config,
-                           plan_supervised_training, output_dir)
-    started = start_run(prepare, config_path, dry_run, new_run, "step")
-    if isinstance(started, int):
-        return started
-    run, state, plan = started
-    assert isinstance(plan, SupervisedTrainingPlan)
+    prepare = keyed_config(source, SUPERVISED_TRAINING_KEY, load_supervised_config,
+                           plan_supervised_training, options.output_dir)
+    started = start_run(prepare, source.path, options, "step")
+    if isinstance(started, Stopped):
+        return started.exit_status
+    run = started.run
     with storage_guard(run.path):
         try:
-            summary = train(plan, run, state, show_progress)
+            summary = train(started.plan, run, started.state, options.show_progress)
         except (DemonstrationError, RunNotFound) as error:
             print(f"data error: {error}", file=sys.stderr)
             return 2
@@ -143,3 +145,19 @@ def demonstration_rows(demonstrations: list[Demonstration],
     if not sequences:
         raise DemonstrationError("no demonstration fits the model's context")
     return TokenRows.from_sequences(sequences, masks, pad_id=language_model.pad_id)
+
+
+def build_for_evaluation(path: Path, models: dict[str, LanguageModel]) -> EvaluationParts:
+    """The stage's model, task and agent as the run built them, and its evaluator."""
+    source = YamlSource(path)
+    plan = plan_supervised_training(load_supervised_config(source), source)
+    if plan.config.supervised_training_config.evaluation is None:
+        raise ConfigError(f"{path}: the run has no evaluation settings (evaluation: null)")
+    policy, task, agent = build_parts(plan, models)
+    evaluator = supervised_evaluator(plan.config.supervised_training_config, task, agent)
+    assert evaluator is not None  # the settings were checked above
+    return EvaluationParts(evaluator, policy, [policy])
+
+
+PIPELINE = Pipeline(SUPERVISED_TRAINING_KEY, run_supervised_training, build_for_evaluation,
+                    task_path=("task",), evaluation_path=("evaluation",))

@@ -12,7 +12,7 @@ evaluation falls): metrics, the checkpoint, the run state; `best/` by held-out s
 (on the selection split where it is evaluated, so that the validation figure chose nothing).
 
 Files under output_dir/training_state/: checkpoint-NNNNNN/ (NNNNNN: optimiser steps) and
-best/, in the layout of every pipeline (src.training.checkpoints), the last 3 kept.
+best/, in the layout of every pipeline (src.run.protocol), the last 3 kept.
 """
 
 from __future__ import annotations
@@ -22,18 +22,17 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 from tqdm import tqdm
 
-from src.experiment.metrics import MetricsLog
-from src.experiment.run_directory import RunDirectory, RunState
-from src.experiment.run_protocol import RunProtocol
 from src.language_models.language_model import TrainableLanguageModel
+from src.run.folder import TRAINING_STATE, RunDirectory, RunState
+from src.run.metrics import MetricsLog
+from src.run.protocol import BestRule, Part, RunProtocol
+from src.storage.checkpoint_store import CheckpointStore
 from src.storage.state import Stateful
 from src.supervised_training.config import SupervisedTrainingConfig
-from src.training.checkpoints import CheckpointStore, improves, mark_best
 from src.training.learner import Learner, StepResult
 from src.training.objectives import CrossEntropyObjective
 from src.training.token_metrics import TokenMetrics
@@ -63,7 +62,7 @@ class SupervisedTrainer(Stateful):
         self.config = config
         self.model = language_model
         self.rows = rows
-        self.store = CheckpointStore(output_dir / "training_state")
+        self.store = CheckpointStore(output_dir / TRAINING_STATE)
         self.metrics = MetricsLog(output_dir)
         self.evaluate = evaluate
         self.show_progress = show_progress
@@ -78,16 +77,16 @@ class SupervisedTrainer(Stateful):
         self.learner = Learner(language_model, training.optimizer)
         self.learner.schedule(self.total_steps)  # warmup_ratio and lr_schedule as configured
         self.objective = CrossEntropyObjective("token-mean")
-        self.best: dict[str, Any] | None = None
         self.step = 0  # the last optimiser step taken
 
     def train(self, run: RunDirectory, state: RunState) -> dict:
         """Train the steps after the last committed one (`state.completed_batches` counts
         optimiser steps here), committing as configured; return the run's summary."""
-        protocol = RunProtocol(run, self.metrics.jsonl, [(self.store, self)])
+        evaluation = self.config.evaluation
+        rule = BestRule(evaluation.best_metric) if evaluation is not None else None
+        protocol = RunProtocol(run, self.metrics, [Part(self.store, self, rule)])
         done = protocol.restore(state)
         if done == 0 and state.metrics_bytes == 0:
-            evaluation = self.config.evaluation
             self._log(0, {"demonstrations": float(len(self.rows)),
                           "demonstration_tokens": float(self.rows.batch.loss_mask.sum())},
                       evaluation is not None and evaluation.at_start)
@@ -115,15 +114,15 @@ class SupervisedTrainer(Stateful):
                            "epoch": step / self.steps_per_epoch,
                            "agent_tokens_per_s": tokens / (time.perf_counter() - started)}
                 metrics |= {f"train/{key}": value for key, value in token_metrics.means().items()}
-                self._log(step, metrics, self._evaluation_due(step))
+                metrics = self._log(step, metrics, self._evaluation_due(step))
                 self.step = step
-                protocol.commit(step)
+                protocol.commit(step, metrics)
                 steps, token_metrics = [], TokenMetrics()
                 started, tokens = time.perf_counter(), 0
         finally:
             progress.close()
             self.metrics.close()
-        summary = {"steps": self.total_steps, "best": self.best,
+        summary = {"steps": self.total_steps, "best": protocol.best(),
                    "final": self.metrics.jsonl.read()[-1]}
         protocol.finish(summary)
         return summary
@@ -136,24 +135,18 @@ class SupervisedTrainer(Stateful):
         return (step % self.config.training.save_every_steps == 0
                 or self._evaluation_due(step))
 
-    def _log(self, step: int, metrics: dict[str, float], evaluate: bool) -> None:
+    def _log(self, step: int, metrics: dict[str, float], evaluate: bool) -> dict[str, float]:
+        """Log the step's figures, with its evaluation's where one is due; return them."""
         if evaluate and self.evaluate is not None:
             # Sampling reseeds torch; training's dropout must not depend on evaluation.
             with torch.random.fork_rng():
                 metrics = metrics | self.evaluate(step, metrics=self.metrics)
-            assert self.config.evaluation is not None  # evaluate is given with it
-            best_metric = self.config.evaluation.best_metric
-            score = metrics.get(best_metric)
-            if step > 0 and improves(score, None if self.best is None else self.best["value"]):
-                self.best = {"metric": best_metric, "step": step, "value": score}
         self.metrics.log(step, metrics)
+        return metrics
 
     # ---- state, as the run protocol saves and restores it -----------------------------
     def save_state(self, directory: Path) -> None:
-        self.learner.save(directory, {"step": self.step, "best": self.best})
-        if self.best is not None and self.best["step"] == self.step:
-            mark_best(directory, self.best)
+        self.learner.save(directory, {"step": self.step})
 
     def restore_state(self, directory: Path) -> None:
-        extra = self.learner.restore(directory)
-        self.step, self.best = extra["step"], extra["best"]
+        self.step = self.learner.restore(directory)["step"]

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import re
 
+# Longer extracted answers score 0 without reaching a scorer: math-verify and some
+# reasoning-gym scorers parse with sympy, whose time grows with what a policy writes.
+MAX_ANSWER_CHARS = 2_000
 _BOXED = re.compile(r"\\boxed\{")
-_ANSWER_TAG = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)
+_OPEN_TAG, _CLOSE_TAG = "<answer>", "</answer>"
 
 
 def last_boxed_content(text: str) -> str | None:
@@ -35,9 +38,20 @@ def last_boxed_content(text: str) -> str | None:
 
 def last_answer_tag(text: str) -> str | None:
     """The stripped content of the last `<answer>...</answer>`, or None (reasoning-gym's
-    and DeepSeek-R1-Zero's format)."""
-    matches = _ANSWER_TAG.findall(text)
-    return matches[-1].strip() if matches else None
+    and DeepSeek-R1-Zero's format).
+
+    Tags pair left to right, each `<answer>` with the first `</answer>` after it, the next
+    pair starting after that: what `re.findall(r"<answer>(.*?)</answer>")` pairs, found
+    with `str.find` so that a reply of many unclosed tags is read once, not once a tag."""
+    content = None
+    position = 0
+    while (start := text.find(_OPEN_TAG, position)) >= 0:
+        end = text.find(_CLOSE_TAG, start + len(_OPEN_TAG))
+        if end < 0:
+            break
+        content = text[start + len(_OPEN_TAG):end]
+        position = end + len(_CLOSE_TAG)
+    return None if content is None else content.strip()
 
 
 def answer_part(completion: str) -> str:

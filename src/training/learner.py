@@ -1,6 +1,6 @@
 """The one update path: token rows -> micro-batches -> objective -> backward -> one
 optimiser step per mini-batch. Every pipeline (online RL, offline groups, supervised)
-trains through it, and saves and restores its state through src.training.checkpoints.
+trains through it, and saves and restores its state through src.training.training_state.
 
 In data-parallel training (src.training.sharded_learner) each worker runs this same
 update on its `Shard` of the micro-batches."""
@@ -17,7 +17,6 @@ import torch
 
 from src.configuration.components import import_dotted
 from src.language_models.language_model import ScoredTokens, TrainableLanguageModel
-from src.training.checkpoints import load_training_state, save_training_state
 from src.training.micro_batches import (
     automatic_token_budget,
     split_by_token_budget,
@@ -32,6 +31,7 @@ from src.training.optimisation import (
 from src.training.settings import OptimizerSettings
 from src.training.token_metrics import TokenMetrics
 from src.training.token_rows import TokenRows
+from src.training.training_state import load_training_state, save_training_state
 
 
 class Objective(Protocol):
@@ -175,10 +175,7 @@ class Learner:
                metrics: TokenMetrics, temperature: float = 1.0) -> StepResult:
         """Accumulate the objective's gradient over the mini-batch `indices` in
         micro-batches, then take one clipped optimiser step."""
-        if objective.dropout:
-            self.model.train_mode()
-        else:
-            self.model.eval_mode()
+        self.model.train_mode(dropout=objective.dropout)
         mini_mask = rows.batch.loss_mask[list(indices)]
         totals = MiniBatchTotals(num_sequences=len(indices), num_tokens=float(mini_mask.sum()),
                                  longest_completion=int(mini_mask.sum(-1).max().item()))

@@ -3,7 +3,7 @@ are errors). Each group is consumed by one piece of the training core."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -48,13 +48,25 @@ class AdvantageSettings(_Settings):
     reinforce_baseline: Literal["none", "running_mean", "group_mean"] = "running_mean"
     baseline_decay: float = Field(0.9, ge=0.0, le=1.0)  # the running mean's decay
     whiten: bool = False  # over the batch (REINFORCE++)
-    clip: float | None = Field(5.0, gt=0.0)  # advantages clipped to [-clip, clip]
+    # advantages clipped to [-clip, clip]; off by default, as in the papers: a clip
+    # breaks a group's zero sum (grpo's largest |A| is (G - 1) / sqrt(G), above 5 from
+    # G = 27 on)
+    clip: float | None = Field(None, gt=0.0)
     # groups whose task returns are all equal: advantage 0 (keep) or left out of the loss
     zero_std_groups: Literal["keep", "drop"] = "keep"
 
 
 class PPOSettings(_Settings):
-    """The policy loss and how a batch is stepped through."""
+    """The policy loss and how a batch is stepped through.
+
+    Each name means its paper's form unless a setting says otherwise: `loss: gspo`
+    averages each sequence's tokens, then the sequences (seq-mean-token-mean), so a long
+    reply weighs as much as a short one; `advantage.estimator: dr_grpo` divides each
+    sequence's token sum by a constant, the generation budget (seq-mean-token-sum-norm);
+    GRPO, PPO and REINFORCE average over the mini-batch's tokens (token-mean, as TRL and
+    verl do by default for GRPO). A given `aggregation` overrides the paper's; gspo with
+    dr_grpo must give one. Advantages are not clipped unless `advantage.clip` is set: a
+    clip breaks a group's zero sum once |A| reaches it (GRPO's largest is (G-1)/sqrt(G))."""
 
     # ppo_clip: each token's ratio in the clipped surrogate; reinforce: -A logp, no ratio;
     # gspo: one ratio per sequence (the geometric mean of its tokens'), clipped as a whole;
@@ -67,8 +79,9 @@ class PPOSettings(_Settings):
     mini_batch_size: int | None = Field(None, ge=1)  # episodes a step; None: the batch
     # token-mean: over all tokens of the mini-batch; seq-mean-token-mean: mean over
     # sequences of each one's token mean; seq-mean-token-sum: of each one's token sum;
-    # seq-mean-token-sum-norm (Dr. GRPO): token sum / (sequences x norm_length)
-    aggregation: LossAggregation = "token-mean"
+    # seq-mean-token-sum-norm (Dr. GRPO): token sum / (sequences x norm_length).
+    # None: the papers' form for the names chosen (`loss_aggregation`)
+    aggregation: LossAggregation | None = None
     # seq-mean-token-sum-norm's constant length; None = the generation budget (the
     # agent's max_new_tokens per sampled turn), as Dr. GRPO and TRL use
     norm_length: int | None = Field(None, ge=1)
@@ -86,6 +99,26 @@ class PPOSettings(_Settings):
             raise ValueError(f"dual_clip must be > 1 (it bounds the loss of a negative "
                              f"advantage at -A c), got {self.dual_clip}")
         return self
+
+
+# The aggregation each name's paper uses: GSPO averages each sequence's tokens, then the
+# sequences (seq-mean-token-mean); Dr. GRPO sums tokens and divides by a constant length
+# (seq-mean-token-sum-norm); GRPO, PPO and REINFORCE here average over tokens.
+PAPER_AGGREGATION: dict[str, LossAggregation] = {"gspo": "seq-mean-token-mean",
+                                                 "dr_grpo": "seq-mean-token-sum-norm"}
+
+
+def loss_aggregation(ppo: PPOSettings, advantage: AdvantageSettings) -> LossAggregation:
+    """`ppo.aggregation` where given, else the papers' form of the loss and estimator
+    named (token-mean for names without one); names whose papers differ must choose."""
+    if ppo.aggregation is not None:
+        return ppo.aggregation
+    forms = {name: PAPER_AGGREGATION[name] for name in (ppo.loss, advantage.estimator)
+             if name in PAPER_AGGREGATION}
+    if len(set(forms.values())) > 1:
+        raise ValueError(f"loss {ppo.loss} and estimator {advantage.estimator} come from "
+                         f"papers that aggregate differently ({forms}): set ppo.aggregation")
+    return next(iter(forms.values()), "token-mean")
 
 
 class KLSettings(_Settings):
@@ -109,15 +142,32 @@ class KLSettings(_Settings):
 
 
 class RewardSettings(_Settings):
-    """An episode's return: the task's reward, or a value per outcome, times `weight`."""
+    """An episode's return: the task's reward times `weight`. Outcome rewards (DB-bench's
+    `reward_correct`, `reward_incorrect`, `reward_timeout`) are the task's own settings."""
 
-    # task: the episode's reward; outcome: `correct`, `incorrect` or `timeout` (the episode
-    # hit the round limit), as LifelongAgentBench's configs score
-    source: Literal["task", "outcome"] = "task"
     weight: float = 1.0
-    correct: float = 1.0  # outcome only, like incorrect and timeout
-    incorrect: float = -0.1
-    timeout: float = -0.3
+
+    @model_validator(mode="before")
+    @classmethod
+    def _outcome_rewards_are_the_task_s(cls, data: Any) -> Any:
+        # the keys of configs written when the trainer could score outcomes itself
+        moved = sorted({"source", "correct", "incorrect", "timeout"} & set(data)
+                       if isinstance(data, dict) else ())
+        if moved:
+            raise ValueError(
+                f"{moved}: outcome rewards are the task's own settings (DB-bench's "
+                "reward_correct, reward_incorrect, reward_timeout) and the trainer takes the "
+                "task's reward times `weight`: set them among the task's parameters")
+        return data
+
+
+class TrainerWorkerSettings(_Settings):
+    """Where the update runs: `count` 1 in this process; 2 or more in that many Ray actors
+    that shard the model with FSDP (src.training.sharded_learner)."""
+
+    count: int = Field(1, ge=1)
+    cpus_per_worker: int = Field(1, ge=1)  # also each worker's torch threads
+    gpus_per_worker: int = Field(0, ge=0)  # 1: a GPU for each worker
 
 
 class MismatchSettings(_Settings):

@@ -13,7 +13,7 @@ on its part of the adapter and of the optimiser state.
 The workers score too (old and reference log-probs). This process's policy receives the
 adapter after every step, to sample with it or hand it to a rollout pool; when a pool
 samples, it holds only the adapter, no base weights (`base_weights: meta`,
-src.language_models.meta_base). Checkpoints are written here by the one checkpoint
+src.language_models.huggingface.meta_base). Checkpoints are written here by the one checkpoint
 writer, in the single-process learner's format (adapter in PEFT format, optimiser state
 keyed by parameter index, gathered whole from the workers), so a run resumes with any
 number of workers.
@@ -30,10 +30,9 @@ from typing import Any
 import torch
 
 from src.language_models.language_model import TrainableLanguageModel
-from src.language_models.rollout_pool.cluster import connect_ray, gpus_of
+from src.runtime.ray_cluster import connect_ray, gpus_of
 from src.runtime.reproducibility import is_reproducible
 from src.runtime.worker_process import prepare_worker_process
-from src.training.checkpoints import load_training_state, save_training_state
 from src.training.learner import (
     AUTO_BUDGET_KEY,
     Learner,
@@ -46,6 +45,7 @@ from src.training.learner import (
 from src.training.settings import OptimizerSettings
 from src.training.token_metrics import TokenMetrics
 from src.training.token_rows import TokenRows
+from src.training.training_state import load_training_state, save_training_state
 
 
 def _whole(tensor: torch.Tensor) -> torch.Tensor:

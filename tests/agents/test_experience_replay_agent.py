@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from src.agents.instance.experience_replay_agent import ExperienceReplayAgent
-from src.experiment.rollout import roll_out_lockstep
 from src.records.episode import Outcome
+from src.run.rollout import roll_out_lockstep
 from src.run_experiment import main
 from src.tasks.instance.math_problems.task import MathProblemsTask
 from tests.agents.scripted_model import ScriptedLanguageModel

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from src.agents.instance.lora_rl_agent import LoRARLAgent
-from src.experiment.evaluation import task_metrics
 from src.language_models.chat_template import (
     TemplateError,
     demonstration_ids,
@@ -17,6 +16,7 @@ from src.language_models.chat_template import (
 from src.language_models.language_model import LanguageModel
 from src.records.chat import Role
 from src.records.episode import Episode, Sample
+from src.run.evaluation import task_metrics
 from tests.agents.scripted_model import ScriptedLanguageModel
 
 SYSTEM_PROMPT = "You are terse."

@@ -5,6 +5,7 @@ episodes are batched together."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -12,11 +13,11 @@ import pytest
 pytest.importorskip("openai", reason="the openai client is the `openai` extra")
 
 from src.agents.instance.openai_client_agent import OpenAIClientAgent  # noqa: E402
-from src.experiment.rollout import roll_out_lockstep  # noqa: E402
 from src.language_models.instance.huggingface_lora_language_model import (  # noqa: E402
     HuggingfaceLoRALanguageModel,
 )
 from src.records.episode import EpisodeStatus  # noqa: E402
+from src.run.rollout import roll_out_lockstep  # noqa: E402
 from src.tasks.instance.math_problems.task import MathProblemsTask  # noqa: E402
 
 RESPONSES: list[dict] = []  # every response the test agents received
@@ -60,6 +61,25 @@ def tool_agent(client, messages: list[dict[str, str]]) -> str:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
     return client.chat.completions.create(model="policy", messages=messages,
                                           tools=tools).choices[0].message.content
+
+
+def null_content_agent(client, messages: list[dict[str, str]]) -> str:
+    """Sends a user message without text, which the embedded model's template cannot
+    join into its prompt."""
+    return client.chat.completions.create(model="policy", messages=[
+        {"role": "user", "content": None}]).choices[0].message.content
+
+
+def text_parts_agent(client, messages: list[dict[str, str]]) -> str:
+    parts = [{"type": "text", "text": message["content"]} for message in messages]
+    return client.chat.completions.create(model="policy", messages=[
+        {"role": "user", "content": parts}]).choices[0].message.content
+
+
+def megabytes_agent(client, messages: list[dict[str, str]]) -> str:
+    """Sends 7 MB of text: far more than the tiny model's 512 tokens can hold."""
+    return client.chat.completions.create(model="policy", messages=[
+        {"role": "user", "content": "2 + 2? " * 1_000_000}]).choices[0].message.content
 
 
 @pytest.fixture(scope="module")
@@ -130,3 +150,23 @@ def test_unsupported_requests_are_refused_with_a_reason(model) -> None:
     _, episodes = roll_out(model, "tool_agent", episodes=1, max_round=1)
     assert episodes[0].status is EpisodeStatus.AGENT_ERROR
     assert "does not render tools" in episodes[0].error
+
+
+def test_messages_the_template_cannot_render_are_a_bad_request_with_the_reason(model) -> None:
+    _, episodes = roll_out(model, "null_content_agent", episodes=1, max_round=1)
+    assert episodes[0].status is EpisodeStatus.AGENT_ERROR
+    assert "invalid_request" in episodes[0].error and "cannot render" in episodes[0].error
+
+
+def test_content_of_text_parts_is_answered(model) -> None:
+    _, episodes = roll_out(model, "text_parts_agent", episodes=1, max_round=1)
+    assert episodes[0].status is EpisodeStatus.COMPLETED
+
+
+def test_a_prompt_too_long_to_fit_is_refused_before_it_is_tokenized(model) -> None:
+    # tokenizing it took about 20 s and 2 GB here: a prompt longer than the context times
+    # the longest token cannot fit, whatever its tokens
+    started = time.monotonic()
+    _, episodes = roll_out(model, "megabytes_agent", episodes=1, max_round=1)
+    assert episodes[0].status is EpisodeStatus.AGENT_CONTEXT_LIMIT
+    assert time.monotonic() - started < 5.0

@@ -9,7 +9,7 @@ import pytest
 
 from src.configuration.errors import ConfigError
 from src.configuration.yaml_source import YamlSource
-from src.experiment.assembly import load_experiment_config, plan_experiment
+from src.run.assembly import load_experiment_config, plan_experiment
 from tests.configuration.test_config_errors import VALID
 from tests.conftest import PROJECT_ROOT
 

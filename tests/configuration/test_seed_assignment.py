@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from src.configuration.errors import ConfigError
-from src.experiment.assembly import load_experiment_config, plan_experiment
+from src.run.assembly import load_experiment_config, plan_experiment
 from src.run_experiment import main
 from src.tasks.instance.db_bench.single_skill_task_generator import SingleSkillTaskGenerator
 from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill

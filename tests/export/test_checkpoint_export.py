@@ -19,7 +19,8 @@ from src.language_models.instance.huggingface_lora_language_model import (
     HuggingfaceLoRALanguageModel,
     LoRASettings,
 )
-from src.training.checkpoints import ADAPTER, BEST, BEST_MARK
+from src.run.protocol import BEST, BEST_MARK
+from src.training.training_state import ADAPTER
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 INPUT_IDS = [[1, 42, 7, 99, 250, 13, 5, 600]]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from src.language_models.huggingface.token_scoring import packed_batch
 from src.language_models.language_model import TokenBatch
 from src.language_models.shared_prefix import Pack, plan_packs, split_pack
-from src.language_models.token_scoring import packed_batch
 
 
 def test_rows_sharing_a_prefix_are_packed_and_others_stay_alone() -> None:
@@ -29,8 +29,9 @@ def test_a_pack_is_split_to_fit_the_token_budget() -> None:
                                                                      Pack((1,), 0)]
 
 
-@pytest.fixture
-def two_models(tiny_model_path):
+# eager attention adds the mask to the scores: the packs' mask must be additive there
+@pytest.fixture(params=["auto", "eager"])
+def two_models(tiny_model_path, request):
     from src.language_models.instance.huggingface_lora_language_model import (
         HuggingfaceLoRALanguageModel,
         LoRASettings,
@@ -41,7 +42,8 @@ def two_models(tiny_model_path):
         torch.manual_seed(3)
         model = HuggingfaceLoRALanguageModel(
             str(tiny_model_path), dtype="float32", device="cpu",
-            lora_config=LoRASettings(r=4, lora_alpha=8), shared_prefix_training=packed)
+            lora_config=LoRASettings(r=4, lora_alpha=8), shared_prefix_training=packed,
+            attn_implementation=request.param)
         with torch.no_grad():  # a non-zero adapter: every LoRA weight gets a gradient
             for name, parameter in model.model.named_parameters():
                 if "lora_B" in name:
@@ -88,3 +90,13 @@ def test_packed_scores_and_gradients_equal_the_plain_path(two_models) -> None:
     for name, gradient in plain_grads.items():
         assert torch.count_nonzero(gradient) > 0, name
         assert torch.allclose(gradient, packed_grads[name], atol=1e-5, rtol=1e-4), name
+
+
+def test_attention_without_dense_masks_is_refused_for_packing(tiny_model_path) -> None:
+    from src.language_models.instance.huggingface_lora_language_model import (
+        HuggingfaceLoRALanguageModel,
+    )
+
+    with pytest.raises(ValueError, match="shared_prefix_training needs attention"):
+        HuggingfaceLoRALanguageModel(str(tiny_model_path), device="cpu",
+                                     attn_implementation="flash_attention_2")

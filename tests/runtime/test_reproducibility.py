@@ -20,13 +20,13 @@ from safetensors.torch import load_file
 from bench.gpu_reproducibility import RECIPE
 from src.configuration.errors import ConfigError
 from src.configuration.yaml_source import YamlSource
-from src.experiment.assembly import build_language_models
 from src.language_models.instance.huggingface_lora_language_model import (
     HuggingfaceLoRALanguageModel,
 )
 from src.language_models.rollout_pool.engine_actor import EngineActor
 from src.offline_training.config import load_offline_config, plan_offline_training
 from src.offline_training.run import build_policy
+from src.run.assembly import build_language_models
 from src.runtime import reproducibility
 from src.supervised_training.config import load_supervised_config, plan_supervised_training
 from src.supervised_training.run import build_parts
@@ -42,7 +42,7 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
 
 # bench/gpu_reproducibility.py's recipe on the tiny model, 6 batches of 2 samples; its task
 # sleeps a little a step, so that a kill lands mid-run
-SLOW_MATH = ("{name: slow_math, module: tests.experiment.slow_math_task.SlowMathTask, "
+SLOW_MATH = ("{name: slow_math, module: tests.run.slow_math_task.SlowMathTask, "
              "parameters: {num_train: 12, num_validation: 2}}")
 
 

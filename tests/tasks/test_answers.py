@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -43,3 +44,24 @@ def test_many_unclosed_boxes_are_read_in_one_pass() -> None:
 def test_answer_tags() -> None:
     assert last_answer_tag("<answer> 3 </answer> then <answer>\n12\n</answer>") == "12"
     assert last_answer_tag("<answer>unclosed") is None
+
+
+def answer_tag_by_definition(text: str) -> str | None:
+    """The definition: the last of the regular expression's non-overlapping matches."""
+    matches = re.findall(r"<answer>\s?(.*?)\s?</answer>", text, re.DOTALL)
+    return matches[-1].strip() if matches else None
+
+
+@given(st.lists(st.sampled_from(["<answer>", "</answer>", "a", "7", " ", "\n"]), max_size=40))
+def test_the_answer_tag_scan_gives_the_definitions_answer(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert last_answer_tag(text) == answer_tag_by_definition(text)
+
+
+def test_many_unclosed_answer_tags_are_read_in_one_pass() -> None:
+    # the definition's regular expression scans to the end from each of them: about a
+    # minute here, and growing with the square of the reply
+    text = "<answer>" * 20_000 + "<answer>5</answer>" + "<answer>" * 20_000
+    started = time.monotonic()
+    assert last_answer_tag(text) == "<answer>" * 19_999 + "<answer>5"
+    assert time.monotonic() - started < 2.0

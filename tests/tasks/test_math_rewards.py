@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from src.tasks.answers import MAX_ANSWER_CHARS
 from src.tasks.instance.math_problems.problems import gsm8k_final_answer
 from src.tasks.instance.math_problems.rewards import (
     CosineScaling,
@@ -60,6 +61,14 @@ def test_a_power_tower_is_wrong_within_seconds_even_in_a_thread() -> None:
         pytest.fail("accuracy still running after 90 s")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[0.0, 1.0]"
+
+
+def test_an_answer_longer_than_the_bound_is_wrong_without_being_checked() -> None:
+    # math-verify's time grows with the answer (a megabyte of digits ran past its 5 s
+    # bound, and the worker it overran was replaced): longer answers are wrong unread
+    long = "1" * (MAX_ANSWER_CHARS + 1)
+    assert accuracy(f"\\boxed{{{long}}}", long) == 0.0
+    assert accuracy(f"\\boxed{{{long[:-1]}}}", long[:-1]) == 1.0
 
 
 def test_boxed_number_and_format2() -> None:

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import pytest
 
 from src.agents.instance.oracle_agent import OracleAgent
-from src.experiment.rollout import roll_out_lockstep
 from src.records.episode import Episode, EpisodeStatus, Outcome, Sample
+from src.run.rollout import roll_out_lockstep
 from src.tasks.task import (
     EpisodeEnv,
     EpisodeScore,

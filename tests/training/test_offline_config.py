@@ -8,12 +8,9 @@ import pytest
 
 from src.configuration.errors import ConfigError
 from src.configuration.yaml_source import YamlSource
-from src.offline_training.config import (
-    declares_offline_training,
-    load_offline_config,
-    plan_offline_training,
-)
-from src.run_experiment import main
+from src.offline_training.config import load_offline_config, plan_offline_training
+from src.run.pipeline import pipeline_of
+from src.run_experiment import PIPELINES, main
 
 VALID = """\
 offline_training_config:
@@ -49,7 +46,8 @@ def test_valid_file_plans_without_loading_weights(tmp_path: Path) -> None:
     assert offline.groups.scored_rows.candidates_key == "id_list"
     assert (offline.warmup.epochs, offline.grpo.epochs, offline.grpo.top_k) == (1, 2, 3)
     assert result.task is not None and result.task.cls.__name__ == "MathProblemsTask"
-    assert declares_offline_training(tmp_path / "offline.yaml")
+    source = YamlSource(tmp_path / "offline.yaml")
+    assert pipeline_of(source.data, PIPELINES, "offline.yaml").key == "offline_training_config"
 
 
 def test_unknown_key_names_file_line_and_key(tmp_path: Path) -> None:

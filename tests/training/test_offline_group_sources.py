@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from src.experiment.run_directory import RunDirectory, RunNotFound, RunState, resolve_latest
 from src.language_models.instance.huggingface_lora_language_model import (
     HuggingfaceLoRALanguageModel,
 )
@@ -22,6 +21,7 @@ from src.offline_training.groups import (
 )
 from src.records.chat import ChatMessage, Role
 from src.records.episode import EpisodeRecord
+from src.run.folder import RunDirectory, RunNotFound, RunState, resolve_latest
 
 
 def episode(sample_id: str, group_index: int, batch_index: int, reward: float,

@@ -8,7 +8,8 @@ import torch
 from src.language_models.language_model import ScoredTokens, TokenBatch
 from src.maths.groups import EPS
 from src.offline_training.config import GRPOConfig
-from src.offline_training.trainer import is_new_best
+from src.offline_training.trainer import MARGIN, best_rule
+from src.run.protocol import improves
 from src.training.kl_control import KLController
 from src.training.objectives import CrossEntropyObjective, MiniBatchTotals
 from src.training.offline_groups import (
@@ -104,10 +105,12 @@ def test_best_minus_worst_margin() -> None:
 
 
 def test_best_checkpoint_rule() -> None:
-    assert is_new_best(None, margin=0.1, kl=0.05, kl_limit=0.1)
-    assert not is_new_best(None, margin=0.1, kl=0.2, kl_limit=0.1)  # KL outside the band
-    assert not is_new_best(None, margin=None, kl=0.0, kl_limit=0.1)
-    best = {"epoch": 1, "logp_margin/best_minus_worst": 0.3, "kl": 0.05}
-    assert is_new_best(best, margin=0.4, kl=0.09, kl_limit=0.1)
-    assert not is_new_best(best, margin=0.3, kl=0.01, kl_limit=0.1)  # ties keep the earlier
-    assert not is_new_best(best, margin=0.9, kl=0.11, kl_limit=0.1)
+    def is_new_best(best: float | None, margin: float | None, kl: float) -> bool:
+        return improves(best_rule(0.1).value({MARGIN: margin, "kl": kl}), best)
+
+    assert is_new_best(None, margin=0.1, kl=0.05)
+    assert not is_new_best(None, margin=0.1, kl=0.2)  # KL outside the band
+    assert not is_new_best(None, margin=None, kl=0.0)
+    assert is_new_best(0.3, margin=0.4, kl=0.09)
+    assert not is_new_best(0.3, margin=0.3, kl=0.01)  # ties keep the earlier
+    assert not is_new_best(0.3, margin=0.9, kl=0.11)

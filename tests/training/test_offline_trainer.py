@@ -110,7 +110,7 @@ def test_warmup_then_grpo_writes_checkpoints_best_and_metrics(straight_run: Path
     assert rows[3][MARGIN] > rows[0][MARGIN]  # training separates best from worst
     margins = {row["step"]: row[MARGIN] for row in rows if row["step"] > 0}
     assert best["epoch"] == max(margins, key=margins.get)
-    assert best[MARGIN] == pytest.approx(margins[best["epoch"]])
+    assert best["value"] == pytest.approx(margins[best["epoch"]])
     assert (output / "evaluation" / "step-000003.jsonl").is_file()
     assert json.loads((output / "run_state.json").read_text())["finished"]
     assert (output / "groups.jsonl").read_text().count("\n") == 5

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from src.agents.agent import AgentReply, SamplingAgent
-from src.agents.openai_endpoint.episode_calls import EpisodeCalls, PrefixBroken
+from src.agents.openai_endpoint.episode_calls import EpisodeCalls, PrefixBroken, TemplateRefused
 from src.agents.openai_endpoint.lockstep import LockstepBatcher
 from src.agents.openai_endpoint.server import (
     ChatCompletionRequest,
@@ -82,6 +82,11 @@ class OpenAIClientAgent(SamplingAgent):
         self.sampling = SamplingParams(temperature=temperature, top_p=top_p,
                                        max_new_tokens=max_new_tokens)
         self._boundary = probe_turn_boundary(language_model, None)
+        # no token is longer than the longest in the vocabulary: a prompt text longer than
+        # the context times that cannot fit, and is refused before it is tokenized (15 MB
+        # took 50 s and 5 GB to tokenize)
+        self._max_prompt_chars = language_model.max_context_tokens * max(
+            map(len, language_model.tokenizer.get_vocab()))
         self._renders_tools = template_renders_tools(language_model.tokenizer)
         self._batcher = LockstepBatcher(lambda prompts: [
             samples[0] for samples in language_model.generate(prompts, self.sampling)])
@@ -92,6 +97,10 @@ class OpenAIClientAgent(SamplingAgent):
 
     # ---- the endpoint's side: one call ---------------------------------------------
     def _encode(self, text: str) -> list[int]:
+        if len(text) > self._max_prompt_chars:
+            raise EndpointRefusal("context_length_exceeded",
+                                  f"a prompt of {len(text)} characters cannot fit the model's "
+                                  f"{self.language_model.max_context_tokens} tokens")
         return self.language_model.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def _answer(self, session: EpisodeSession, request: ChatCompletionRequest
@@ -117,6 +126,8 @@ class OpenAIClientAgent(SamplingAgent):
             prompt = session.calls.prompt_for(request.messages, tools, render, continuation)
         except PrefixBroken as error:
             raise EndpointRefusal("prefix_broken", str(error)) from error
+        except TemplateRefused as error:
+            raise EndpointRefusal("invalid_request", str(error)) from error
         limit = self.language_model.max_context_tokens
         if len(prompt) + self.sampling.max_new_tokens > limit:
             raise EndpointRefusal("context_length_exceeded",

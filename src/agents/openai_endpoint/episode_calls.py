@@ -17,7 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from src.agents.openai_endpoint.tool_calls import ParsedReply, arguments_value
+from jinja2 import TemplateError
+
+from src.agents.openai_endpoint.tool_calls import ParsedReply, arguments_value, message_text
 from src.language_models.chat_template import TurnBoundary
 from src.records.trajectory import Trajectory
 
@@ -26,18 +28,15 @@ class PrefixBroken(ValueError):
     """A call's messages do not extend the conversation the episode's policy was fed."""
 
 
+class TemplateRefused(ValueError):
+    """The chat template cannot render a call's messages (content it cannot join, roles
+    in an order it refuses): the call is at fault, not the endpoint."""
+
+
 # (role, text, tool calls as (id, name, arguments), tool_call_id): what the prefix check
 # compares; arguments are compared as JSON values, so their spacing may change
 Message = tuple[str, str, tuple[tuple[str, str, Any], ...], str | None]
 FOLLOWING_ROLES = ("user", "tool")  # the roles a call may add after the last reply
-
-
-def message_text(message: dict[str, Any]) -> str:
-    """The text of an OpenAI chat message; content may be a list of text parts."""
-    content = message.get("content")
-    if isinstance(content, list):
-        content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return "" if content is None else str(content)
 
 
 def canonical_message(message: dict[str, Any]) -> Message:
@@ -66,7 +65,8 @@ class EpisodeCalls:
                    render: Callable[[Sequence[dict[str, Any]]], list[int]],
                    continuation: Callable[[Sequence[dict[str, Any]]], list[int]]) -> list[int]:
         """The token ids to sample the reply to `messages` from, appended to the
-        trajectory; raises PrefixBroken (leaving the trajectory as it was).
+        trajectory; raises PrefixBroken or TemplateRefused (leaving the trajectory as it
+        was).
 
         `render` gives a first call's ids; `continuation` the template's ids for messages
         that follow a closed assistant turn, through the generation prompt."""
@@ -75,7 +75,7 @@ class EpisodeCalls:
             raise PrefixBroken("the last message must be the user's or a tool result")
         tools_json = json.dumps(tools, sort_keys=True) if tools else None
         if self.calls == 0:
-            ids = render(messages)
+            ids = _rendered(render, messages)
             self.tools = tools_json
         else:
             if tools_json != self.tools:
@@ -94,7 +94,7 @@ class EpisodeCalls:
                     f"tool results may follow (got {[role for role, *_ in chat[len(expected):]]})")
             start, _ = self.trajectory.turn_spans[-1]
             ids = self.boundary.closing_after(self.trajectory.token_ids[start:])
-            ids += continuation(new)
+            ids += _rendered(continuation, new)
         self.trajectory.append_context(ids)
         self.messages = chat
         self.calls += 1
@@ -109,3 +109,14 @@ class EpisodeCalls:
         self.tool_calls += len(reply.tool_calls)
         self.malformed_tool_calls += reply.malformed
         return message
+
+
+def _rendered(render: Callable[[Sequence[dict[str, Any]]], list[int]],
+              messages: Sequence[dict[str, Any]]) -> list[int]:
+    """`render(messages)`; TemplateRefused for what a template raises on messages it
+    cannot render (its own `raise_exception`, or Python's errors on content it joins)."""
+    try:
+        return render(messages)
+    except (TemplateError, TypeError, ValueError) as error:
+        raise TemplateRefused(f"the chat template cannot render these messages: "
+                              f"{type(error).__name__}: {error}"[:1000]) from error

@@ -8,11 +8,14 @@ OpenAI's fields each response carries, as vLLM does with `return_token_ids`, the
 `prompt_token_ids` and the choice's `token_ids`.
 
 Tools are rendered by the chat template and tool calls parsed from the reply
-(`tool_calls`) where the template renders tools. Refused with status 400 and a message: `n`
-other than 1, `stream`, `stop`, a `tool_choice` that forces a call (that needs constrained
-decoding), `tools` for a template that does not render them, a prompt that would not fit
-the model (`context_length_exceeded`) and a call that breaks the prefix property
-(`prefix_broken`).
+(`tool_calls`) where the template renders tools. Refused with status 400 and a message: a
+body that is not JSON of Unicode text (a lone surrogate, raw or escaped as \\ud800, is no
+text a tokenizer takes), messages not of the OpenAI shape (a role, text or text parts as
+content, tool calls of a function name and arguments), `n` other than 1, `stream`,
+`stop`, a `tool_choice` that forces a call (that needs constrained decoding), `tools` for
+a template that does not render them, messages the template cannot render
+(`invalid_request`), a prompt that would not fit the model (`context_length_exceeded`)
+and a call that breaks the prefix property (`prefix_broken`).
 """
 
 from __future__ import annotations
@@ -26,20 +29,60 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from src.agents.openai_endpoint.episode_calls import EpisodeCalls
 
 logger = logging.getLogger(__name__)
 
 
+class _Function(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class _ToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    type: Literal["function"] = "function"
+    function: _Function
+
+
+class _TextPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["text"]
+    text: str
+
+
+class _Message(BaseModel):
+    """The shape an OpenAI chat message must have before the endpoint reads it (the
+    prefix check) and the template renders it; other fields pass to the template."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: str
+    content: str | list[_TextPart] | None = None
+    tool_calls: list[_ToolCall] | None = None
+    tool_call_id: str | None = None
+
+
+def _message_of_openai_shape(message: dict[str, Any]) -> dict[str, Any]:
+    """The message as sent, once it has `_Message`'s shape (ValidationError otherwise)."""
+    _Message.model_validate(message)
+    return message
+
+
 class ChatCompletionRequest(BaseModel):
     model_config = ConfigDict(extra="allow")  # the SDK sends fields that change nothing here
 
     model: str
-    messages: list[dict[str, Any]]
+    messages: list[Annotated[dict[str, Any], AfterValidator(_message_of_openai_shape)]]
     n: int = 1
     stream: bool = False
     stop: str | list[str] | None = None
@@ -85,8 +128,9 @@ class ChatCompletionsEndpoint:
     Any process on the machine can reach 127.0.0.1, so a call must carry this run's
     secret (`Authorization: Bearer <secret>`, the OpenAI client's `api_key`) or it is
     refused (401) before its body is read. A body over `MAX_BODY_BYTES` is refused
-    (413) unread, one that does not arrive within `read_timeout_s` closes its
-    connection, and JSON nested past the reader's recursion is a bad request (400)."""
+    (413) unread, one that does not arrive within `read_timeout_s` is answered 408 and
+    its connection closed, and JSON nested past the reader's recursion is a bad request
+    (400)."""
 
     def __init__(self, answer: Answer, read_timeout_s: float = 60.0) -> None:
         self.sessions: dict[str, EpisodeSession] = {}
@@ -112,6 +156,9 @@ class ChatCompletionsEndpoint:
                 try:
                     length = int(self.headers.get("Content-Length") or 0)
                 except ValueError:
+                    length = -1
+                if length < 0:  # a negative length would read to the end of the stream
+                    self.close_connection = True
                     return self._reply(400, _error("invalid_request", "bad Content-Length"))
                 if length > MAX_BODY_BYTES:
                     self.close_connection = True  # the body is not read
@@ -121,9 +168,10 @@ class ChatCompletionsEndpoint:
                     body = self.rfile.read(length)
                 except TimeoutError:
                     self.close_connection = True
-                    return None
+                    return self._reply(408, _error("timeout", f"the body did not arrive "
+                                                   f"within {read_timeout_s} s"))
                 try:
-                    request = ChatCompletionRequest.model_validate(json.loads(body or b"null"))
+                    request = ChatCompletionRequest.model_validate(_unicode_json(body))
                 except (ValueError, ValidationError, RecursionError) as error:
                     return self._reply(400, _error("invalid_request", str(error)[:1000]))
                 try:
@@ -160,6 +208,18 @@ class ChatCompletionsEndpoint:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def _unicode_json(body: bytes) -> Any:
+    """The body's JSON value; ValueError where it is not JSON, or holds a lone surrogate
+    (the JSON reader takes one escaped as \\ud800, or encoded raw)."""
+    value = json.loads(body or b"null")
+    try:
+        json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError as error:
+        raise ValueError(f"the body holds a lone surrogate ({error.object[error.start]!r}), "
+                         "which is not Unicode text") from None
+    return value
 
 
 def check_supported(request: ChatCompletionRequest) -> None:

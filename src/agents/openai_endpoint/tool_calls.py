@@ -10,7 +10,9 @@ parsed, Hermes's (Qwen2.5, Qwen3, Hermes and the many models tuned on it):
     </tool_call>
 
 Model output is untrusted: a reply whose tool-call blocks are not all well-formed JSON
-objects with a name is returned as plain content, and counted as malformed.
+objects with a name is returned as plain content, and counted as malformed; so is a call
+that the client could not send back as it came: arguments that are not strict JSON (NaN,
+1e309) or text that is not Unicode (a lone surrogate written as the escape \\ud800).
 """
 
 from __future__ import annotations
@@ -74,7 +76,9 @@ def _read_call(body: str) -> tuple[str, str] | None:
             arguments = json.loads(arguments)
         if not isinstance(arguments, dict):
             return None
-        return call["name"], json.dumps(arguments, ensure_ascii=False)
+        name, text = call["name"], json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+        (name + text).encode()  # UnicodeEncodeError (a ValueError) on a lone surrogate
+        return name, text
     except (ValueError, RecursionError):
         return None
 
@@ -93,9 +97,20 @@ def template_renders_tools(tokenizer: Any) -> bool:
     return _PROBE_TOOL in text
 
 
+def message_text(message: dict[str, Any]) -> str:
+    """The text of an OpenAI chat message; content may be a list of text parts."""
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return "" if content is None else str(content)
+
+
 def template_message(message: dict[str, Any]) -> dict[str, Any]:
-    """An OpenAI message as chat templates expect it: tool-call arguments as objects
+    """An OpenAI message as chat templates expect it: content of text parts as its text
+    (templates of text models join content as a string), tool-call arguments as objects
     (the API carries them as JSON text)."""
+    if isinstance(message.get("content"), list):
+        message = {**message, "content": message_text(message)}
     calls = message.get("tool_calls")
     if not calls:
         return message

@@ -1,11 +1,11 @@
 """A Hugging Face causal LM with a PEFT LoRA adapter: samples with log-probs, scores, trains.
 
-This class owns the weights and the adapter (built with `base_weights: meta`, only the
-adapter: src.language_models.meta_base); it is the policy the RL callback trains
-(`TrainableLanguageModel`) and an engine a rollout pool builds (`InferenceEngine`).
-Sampling is its `Sampler`'s (src.language_models.sampler, chosen by `sampler`), run on
-a copy of the model whose LoRA layers run one fused product per input
-(src.language_models.fused_lora_sampler). Scoring is src.language_models.token_scoring:
+This class owns the weights and the adapter; it is the policy the RL callback trains
+(`TrainableLanguageModel`) and an engine a rollout pool builds (`InferenceEngine`). Its
+internals are in src/language_models/huggingface/: the parts it is built from
+(policy_parts: attention, sampler, the PEFT model; meta_base for `base_weights: meta`),
+its `Sampler` (chosen by `sampler`) run on a copy of the model whose LoRA layers run one
+fused product per input (fused_lora_sampler), and scoring (token_scoring), where
 training scores the rows of a group as one packed sequence with their shared prompt
 laid out once (src.language_models.shared_prefix).
 """
@@ -17,15 +17,27 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
+from peft import PeftModel, set_peft_model_state_dict
 from peft.utils import load_peft_weights
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer
 
 from src.language_models.embedded_model import DEFAULT_MODEL, resolve_model_path
-from src.language_models.fused_lora_sampler import FusedLoRASampler
-from src.language_models.generate_sampler import GenerateSampler
-from src.language_models.grouped_attention import GROUPED_SDPA
-from src.language_models.kv_cache_sampler import KVCacheSampler
+from src.language_models.huggingface.fused_lora_sampler import FusedLoRASampler
+from src.language_models.huggingface.kv_cache_sampler import KVCacheSampler
+from src.language_models.huggingface.lora_model_settings import (
+    Dtype,
+    LoRASettings,
+    choose_device,
+    choose_dtype,
+)
+from src.language_models.huggingface.policy_parts import (
+    SamplerName,
+    attention_implementation,
+    build_sampler,
+    lora_model,
+)
+from src.language_models.huggingface.sampler import Sampler
+from src.language_models.huggingface.token_scoring import score_tokens
 from src.language_models.language_model import (
     BaseWeights,
     EnginePlacement,
@@ -37,16 +49,6 @@ from src.language_models.language_model import (
     TrainableLanguageModel,
     role_dict_with_defaults,
 )
-from src.language_models.lora_model_settings import (
-    Dtype,
-    LoRASettings,
-    choose_device,
-    choose_dtype,
-)
-from src.language_models.meta_base import lora_model_on_meta_base
-from src.language_models.sampler import Sampler
-from src.language_models.static_cache_sampler import StaticCacheSampler
-from src.language_models.token_scoring import score_tokens
 
 
 def decoder_activation_bytes(config: Any, element_size: int,
@@ -100,13 +102,13 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
         # `rollout.max_batches: 0` and `evaluation.at_start` a run only evaluates it
         adapter_path: str | None = None,
         gradient_checkpointing: bool = False,  # less activation memory, more compute
-        # kv_cache: the decode loop of src.language_models.kv_cache_sampler, for speed on
-        # multi-turn batches; static_cache: that loop over a static cache, each decode
-        # step a replayed CUDA graph on a GPU (src.language_models.static_cache_sampler);
+        # kv_cache: the decode loop of language_models/huggingface/kv_cache_sampler, for
+        # speed on multi-turn batches; static_cache: that loop over a static cache, each
+        # decode step a replayed CUDA graph on a GPU (huggingface/static_cache_sampler);
         # generate: transformers' own model.generate, for models or cache types those
         # loops do not cover and as a reference to check them against; auto: static_cache
         # on CUDA (unless the model has sliding-window attention), kv_cache elsewhere
-        sampler: Literal["auto", "kv_cache", "static_cache", "generate"] = "auto",
+        sampler: SamplerName = "auto",
         # (kv_cache, static_cache) a multi-turn episode's next turn reuses its previous
         # turn's keys and values and feeds only the new tokens; dropped whenever the
         # weights change
@@ -114,7 +116,8 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
         # auto: grouped_sdpa on CPU (grouped key/value heads are not copied each step; a
         # decode step is two small products over the cache), transformers' sdpa on CUDA
         # for training (sampling decodes through grouped_sdpa there too); any
-        # transformers name works
+        # transformers name works (flash and flex attention read no 4-D masks: with
+        # shared_prefix_training false and the kv_cache sampler)
         attn_implementation: str = "auto",
         # bfloat16: fp32 weights, only the trainer's forward and backward under autocast
         training_autocast: Literal["none", "bfloat16"] = "none",
@@ -126,10 +129,10 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
         # with the prefix once; log-probs and gradients match the plain path's to 1e-5
         shared_prefix_training: bool = True,
         # load: the base weights in this process. meta: the base model without them (on the
-        # meta device), only the adapter real (src.language_models.meta_base), for the driver
+        # meta device), only the adapter real (huggingface/meta_base), for the driver
         # of a run whose rollouts come from a rollout pool and whose update runs in trainer
         # workers: it hands out and saves the adapter, and neither samples nor scores. Left
-        # out of a run's config, the run chooses (src.experiment.assembly)
+        # out of a run's config, the run chooses (src.run.assembly)
         base_weights: BaseWeights = "load",
     ) -> None:
         self.model_name_or_path = model_name_or_path
@@ -145,43 +148,15 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
         self.dtype = choose_dtype(dtype, configured)
         path = resolve_model_path(model_name_or_path)
         self._tokenizer = AutoTokenizer.from_pretrained(path)
-        # the sampler is chosen from the model's config before any weight loads (a refusal
-        # comes first) and built before the weights: loading an adapter tells it they changed
-        model_config = AutoConfig.from_pretrained(path)
-        if sampler == "auto":
-            sampler = ("static_cache" if self.device.type == "cuda"
-                       and StaticCacheSampler.covers(model_config) else "kv_cache")
-        elif sampler == "static_cache" and not StaticCacheSampler.covers(model_config):
-            raise ValueError(f"sampler static_cache cannot decode {model_name_or_path}: its "
-                             "sliding-window attention needs transformers' own masks (use "
-                             "kv_cache)")
-        self._sampler: Sampler = (
-            KVCacheSampler(self.device, self.pad_id, prefix_caching) if sampler == "kv_cache"
-            else StaticCacheSampler(self.device, self.pad_id, prefix_caching)
-            if sampler == "static_cache" else GenerateSampler(self.device, self.pad_id))
+        # the sampler is built before the weights: loading an adapter tells it they changed
         self._attn_implementation = attn_implementation  # as asked: a replica resolves "auto"
-        if attn_implementation == "auto":  # see grouped_attention; CUDA kernels prefer sdpa
-            attn_implementation = "sdpa" if self.device.type == "cuda" else GROUPED_SDPA
-        settings = self.lora_settings
-        lora = LoraConfig(
-            r=settings.r, lora_alpha=settings.lora_alpha, target_modules=settings.target_modules,
-            lora_dropout=settings.lora_dropout, bias=settings.bias, task_type=settings.task_type,
-            init_lora_weights=True)  # B = 0: the policy starts exactly at the base model
-        self.model: PeftModel
-        if base_weights == "meta":
-            self.model = lora_model_on_meta_base(path, lora, self.dtype, attn_implementation)
-        else:
-            base = AutoModelForCausalLM.from_pretrained(
-                path, dtype=self.dtype, attn_implementation=attn_implementation).to(self.device)
-            if gradient_checkpointing:
-                base.gradient_checkpointing_enable(
-                    gradient_checkpointing_kwargs={"use_reentrant": False})
-            self.model = get_peft_model(base, lora)
-        peft_config = self.model.peft_config["default"]
-        if isinstance(peft_config.target_modules, set):  # `all-linear` resolved to a set,
-            # which adapter_config.json would list in the process's hash order: sorted, a
-            # run's checkpoints are the same bytes whichever process wrote them
-            peft_config.target_modules = sorted(peft_config.target_modules)
+        attention = attention_implementation(attn_implementation, self.device,
+                                             shared_prefix_training)
+        self._sampler: Sampler = build_sampler(
+            sampler, AutoConfig.from_pretrained(path), attention, self.device, self.pad_id,
+            prefix_caching, model_name_or_path)
+        self.model: PeftModel = lora_model(path, self.lora_settings, self.dtype, self.device,
+                                           attention, gradient_checkpointing, base_weights)
         if adapter_path is not None:
             self.load_adapter(Path(adapter_path), 0)
         self._max_context = max_context_tokens or int(
@@ -337,9 +312,18 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
                              f"keys {result.unexpected_keys[:3]}")
         self.set_policy_version(version)
 
-    def train_mode(self) -> None:
+    def train_mode(self, dropout: bool = True) -> None:
         self._sampler.weights_changed()  # the weights are about to change
-        self.model.train()
+        if dropout:
+            self.model.train()
+            return
+        # transformers checkpoints a layer only when the module that holds the switch is in
+        # training mode, and drops out (LoRA's dropout, attention's) wherever a module is:
+        # only those holders train, each alone, not their children
+        self.model.eval()
+        for module in self.model.modules():
+            if getattr(module, "gradient_checkpointing", False) is True:
+                module.training = True
 
     def eval_mode(self) -> None:
         self.model.eval()

@@ -22,10 +22,10 @@ from src.language_models.language_model import (
     SamplingParams,
     TrainableLanguageModel,
 )
-from src.language_models.rollout_pool.cluster import all_gpus, connect_ray, gpus_of
 from src.language_models.rollout_pool.engine_actor import EngineActor
 from src.language_models.rollout_pool.engine_names import EngineName, engine_class
 from src.language_models.rollout_pool.prompt_routing import PromptRouter
+from src.runtime.ray_cluster import all_gpus, connect_ray, gpus_of
 from src.runtime.reproducibility import is_reproducible
 
 logger = logging.getLogger(__name__)

@@ -54,6 +54,29 @@ def test_bad_requests_and_failing_calls_get_a_status_and_a_reason(
     assert code == status and reason in message
 
 
+def chat(*messages: dict) -> bytes:
+    return json.dumps({"model": "m", "messages": list(messages)}).encode()
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    (chat({"role": "user", "content": "\ud800"}), "lone surrogate"),
+    (chat({"role": "user", "content": "\ud800"}).replace(b"\\ud800", b"\xed\xa0\x80"),
+     "lone surrogate"),
+    (chat({"role": 5, "content": "hi"}), "role"),
+    (chat({"role": "user", "content": {"a": 1}}), "content"),
+    (chat({"role": "user", "content": [1, 2]}), "content"),
+    (chat({"role": "assistant", "content": "x", "tool_calls": "abc"},
+          {"role": "user", "content": "hi"}), "tool_calls"),
+    (chat({"role": "assistant", "content": "x", "tool_calls": [{"function": 5}]},
+          {"role": "user", "content": "hi"}), "tool_calls"),
+], ids=["escaped surrogate", "encoded surrogate", "role a number", "content an object",
+        "content numbers", "tool_calls text", "tool_calls of a number"])
+def test_messages_that_are_not_openai_messages_of_text_are_bad_requests(
+        endpoint, body: bytes, reason: str) -> None:
+    code, message = post(endpoint.base_url("k") + "/chat/completions", body, endpoint.secret)
+    assert code == 400 and reason in message
+
+
 def test_unknown_episodes_and_routes_are_404(endpoint) -> None:
     assert post(endpoint.base_url("other") + "/chat/completions", b"{}",
                 endpoint.secret)[0] == 404
@@ -122,13 +145,16 @@ def test_a_body_too_large_a_stalled_body_and_deep_json_are_answered_and_bounded(
     deep = b'{"model": "m", "messages": ' + b"[" * 100_000 + b"}"
     assert raw_call(endpoint, {**auth, "Content-Length": str(len(deep))},
                     deep).startswith(b"HTTP/1.0 400")
-    # a body shorter than it says: the connection is closed once the read times out
+    # a negative length would read to the end of the stream, past the cap
+    assert raw_call(endpoint, {**auth, "Content-Length": "-1"}, b"{}").startswith(
+        b"HTTP/1.0 400")
+    # a body shorter than it says: answered 408 once the read times out, then closed
     quick = ChatCompletionsEndpoint(failing_answer, read_timeout_s=0.5)
     quick.sessions["k"] = EpisodeSession("k", EpisodeCalls(Trajectory(), None))
     try:
         started = time.monotonic()
         assert raw_call(quick, {"Authorization": f"Bearer {quick.secret}",
-                                "Content-Length": "1000"}, b"{") == b""
+                                "Content-Length": "1000"}, b"{").startswith(b"HTTP/1.0 408")
         assert time.monotonic() - started < 5.0
     finally:
         quick.close()

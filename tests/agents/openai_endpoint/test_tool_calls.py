@@ -14,16 +14,18 @@ pytest.importorskip("openai", reason="the openai client is the `openai` extra")
 from src.agents.instance.openai_client_agent import OpenAIClientAgent  # noqa: E402
 from src.agents.openai_endpoint.tool_calls import (  # noqa: E402
     parse_hermes,
+    template_message,
     template_renders_tools,
 )
-from src.experiment.rollout import roll_out_lockstep  # noqa: E402
 from src.language_models.chat_template import (  # noqa: E402
     probe_turn_boundary,
     render_continuation,
 )
 from src.records.episode import EpisodeStatus  # noqa: E402
+from src.run.rollout import roll_out_lockstep  # noqa: E402
 from src.tasks.instance.math_problems.task import MathProblemsTask  # noqa: E402
 from tests.agents.scripted_model import ScriptedLanguageModel  # noqa: E402
+from tests.tasks.test_reply_fuzz import HOSTILE_REPLIES  # noqa: E402
 
 # A ChatML template that renders tools the Hermes way (as Qwen2.5's does), written for
 # this test: the embedded model's own template has no tools.
@@ -84,10 +86,35 @@ def test_hermes_blocks_become_tool_calls() -> None:
     "<tool_call>" + "[" * 100_000 + "</tool_call>",
     '<tool_call>{"name": "add", "arguments": ' + "[" * 5_000 + "]" * 5_000 + "}</tool_call>",
     '<tool_call>{"name": "add", "arguments": "' + "[" * 5_000 + '"}</tool_call>',
+    # escapes of lone surrogates: no text a client can send back
+    '<tool_call>{"name": "\\ud800", "arguments": {}}</tool_call>',
+    '<tool_call>{"name": "add", "arguments": {"\\udfff": 1}}</tool_call>',
+    # not JSON that every client reads
+    '<tool_call>{"name": "add", "arguments": {"a": NaN}}</tool_call>',
+    '<tool_call>{"name": "add", "arguments": {"a": 1e309}}</tool_call>',
 ])
 def test_a_malformed_block_leaves_the_reply_as_plain_content(text: str) -> None:
     reply = parse_hermes(text, "call_x")
     assert reply.content == text and reply.tool_calls == () and reply.malformed
+
+
+def refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_REPLIES))
+def test_hostile_replies_parse_to_calls_the_endpoint_can_send_and_take_back(name: str) -> None:
+    reply = parse_hermes(HOSTILE_REPLIES[name], "call_x")
+    assert reply.content is None or isinstance(reply.content, str)
+    for call in reply.tool_calls:
+        assert isinstance(json.loads(call.arguments, parse_constant=refuse_constant), dict)
+        json.dumps(call.to_openai(), ensure_ascii=False).encode()  # Unicode text throughout
+
+
+def test_text_parts_are_rendered_as_their_text() -> None:
+    parts = [{"type": "text", "text": "2 + "}, {"type": "text", "text": "2?"}]
+    assert template_message({"role": "user", "content": parts}) == {
+        "role": "user", "content": "2 + 2?"}
 
 
 def test_an_open_block_at_the_end_is_read_and_text_without_blocks_is_content() -> None:

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from src.agents.instance.oracle_agent import OracleAgent
-from src.experiment.rollout import roll_out_lockstep
 from src.records.episode import EpisodeStatus, Outcome, StepInfo
+from src.run.rollout import roll_out_lockstep
 from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill
 
 

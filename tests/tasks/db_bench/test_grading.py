@@ -35,6 +35,14 @@ def test_values_compare_with_tolerance_quotes_and_nulls() -> None:
     assert not answers_match(["a", "b"], ["a"], ordered=False)
 
 
+def test_an_integer_past_the_floats_compares_without_raising() -> None:
+    """A model's answer of a 400-digit integer: float() of it raises OverflowError."""
+    huge = parse_final_answer("[1" + "0" * 400 + "]")
+    assert not answers_match(huge, [10], ordered=False)
+    assert answers_match(huge, ["1e400"], ordered=False)  # both read as infinite
+    assert not answers_match([-int("9" * 400)], ["1e400"], ordered=False)
+
+
 def test_order_counts_only_when_asked() -> None:
     assert answers_match(["b", "a", 2], [2, "a", "b"], ordered=False)
     assert not answers_match(["b", "a"], ["a", "b"], ordered=True)

@@ -14,8 +14,8 @@ import pytest
 
 from src.agents.agent import Agent, AgentReply
 from src.agents.instance.oracle_agent import OracleAgent
-from src.experiment.rollout import roll_out_lockstep
 from src.records.episode import Episode, EpisodeStatus, Outcome, Sample
+from src.run.rollout import roll_out_lockstep
 from src.tasks.instance.db_bench.problem import DBBenchProblem, ProblemKind
 from src.tasks.instance.db_bench.skills import SKILLS
 from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill

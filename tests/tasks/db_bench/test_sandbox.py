@@ -1,17 +1,29 @@
 """The sandbox: escape attempts come back as errors and leave other databases untouched;
-statements are bounded in time and rows; sandboxes leave nothing behind."""
+statements are bounded in time, rows, value length, storage and observation length, even
+where the model tries to lift a bound; the grader reads within the same bounds and only
+the table as it was; sandboxes leave nothing behind."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 from sqlalchemy import create_engine, make_url
 
 from src.tasks.instance.db_bench.problem import ColumnSpec, TableSpec
 from src.tasks.instance.db_bench.sandbox import SandboxSettings, SqlSandbox
+from src.tasks.instance.db_bench.sandbox_backends import CANCEL_GRACE_S
 from tests.tasks.db_bench.conftest import canary_rows
+
+T = TypeVar("T")
+REPOSITORY = Path(__file__).resolve().parents[3]
 
 TABLE = TableSpec(name="Team Scores", columns=(ColumnSpec(name="Team Name"),
                                                ColumnSpec(name="points", type="INT")),
@@ -207,3 +219,256 @@ def test_unsupported_urls_are_refused() -> None:
     with pytest.raises(ValueError, match="unsupported backend"):
         SqlSandbox(SandboxSettings(url="oracle://scott@localhost/xe"), TABLE)
     assert make_url(SandboxSettings().url).get_backend_name() == "sqlite"
+
+
+# ---- bounds that hold against hostile statements -------------------------------------
+TIMEOUT_S = 0.5
+BOUNDED_S = TIMEOUT_S + CANCEL_GRACE_S + 1.0  # the limit, the client's grace and slack
+# A view whose one row never comes (MariaDB stops recursion after
+# max_recursive_iterations: a sleep).
+ENDLESS_VIEW = {
+    "sqlite": "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c) "
+              "SELECT 'x' AS \"Team Name\", count(*) AS points FROM c",
+    "postgresql": "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c) "
+                  "SELECT 'x' AS \"Team Name\", count(*) AS points FROM c",
+    "mysql": "SELECT 'x' AS `Team Name`, SLEEP(100) AS points",
+}
+HUGE_VALUES = {
+    "sqlite": ["SELECT randomblob(300000000)", "SELECT zeroblob(300000000)"],
+    "postgresql": ["SELECT repeat('a', 300000000)", "SELECT lpad('a', 300000000, 'b')",
+                   "SELECT repeat('a', 60000), repeat('b', 60000)"],
+    # MySQL's own bound on a value is the server's max_allowed_packet (16 MB here)
+    "mysql": ["SELECT repeat('a', 16000000)", "SELECT lpad('a', 3000000, 'b')"],
+}
+MANY_ROWS = {
+    "sqlite": "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c "
+              "WHERE n < 5000000) SELECT n FROM c",
+    "postgresql": "SELECT a.n FROM generate_series(1, 5000) AS a(n), "
+                  "generate_series(1, 5000) AS b(n)",
+    "mysql": "SELECT a.seq FROM seq_1_to_5000 AS a, seq_1_to_5000 AS b",
+}
+# 27 MB of incompressible or uncompressed rows, past the default 16 MB
+GROWTH = {
+    "sqlite": ["CREATE TABLE big{0} AS WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL "
+               "SELECT n + 1 FROM c WHERE n < 300) SELECT randomblob(90000) AS b FROM c"],
+    "postgresql": ["CREATE TABLE big{0} (b text)",
+                   "ALTER TABLE big{0} ALTER COLUMN b SET STORAGE EXTERNAL",
+                   "INSERT INTO big{0} SELECT repeat('a', 90000) FROM generate_series(1, 300)"],
+    "mysql": ["CREATE TABLE big{0} (b MEDIUMTEXT)",
+              "INSERT INTO big{0} SELECT repeat('a', 90000) FROM seq_1_to_300"],
+}
+_CHILD = """
+import json, resource, sys
+from src.tasks.instance.db_bench.problem import TableSpec
+from src.tasks.instance.db_bench.sandbox import SandboxSettings, SqlSandbox
+settings, table, statements = json.loads(sys.argv[1])
+sandbox = SqlSandbox(SandboxSettings(**settings), TableSpec(**table))
+try:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    observations = [sandbox.observe(sql) for sql in statements]
+    growth_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    print(json.dumps({"growth_mb": growth_mb, "storage_exceeded": sandbox.storage_exceeded,
+                      "observations": [[len(text), text[:200], text[-200:]]
+                                       for text in observations]}))
+finally:
+    sandbox.close()
+"""
+
+
+def in_fresh_process(settings: dict[str, Any], statements: list[str]) -> dict[str, Any]:
+    """The statements observed in a fresh interpreter, whose peak memory (RUSAGE's
+    maxrss) starts low: its growth while they ran, and each observation's length, head
+    and tail."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD,
+         json.dumps([settings, TABLE.model_dump(mode="json"), statements])],
+        capture_output=True, text=True, timeout=300, cwd=REPOSITORY)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def within(seconds: float, work: Callable[[], T]) -> T:
+    """`work`'s result, run on a thread of its own (SQLite's connection stays on it), or
+    a failure when it has not ended after `seconds`."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, work()))
+        except BaseException as error:  # handed to the test's thread
+            outcome.append((False, error))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert outcome, f"still running after {seconds} s"
+    succeeded, value = outcome[0]
+    if not succeeded:
+        raise value
+    return value
+
+
+def test_grader_reads_a_view_in_the_tables_place_as_gone_within_the_limit(
+        backend: str, sandbox_url: str) -> None:
+    """The table renamed away and a view in its place: the original rows through a view
+    do not count, and a view that never ends is read within the time limit."""
+    def scenario() -> tuple[Any, Any, Any, float]:
+        sandbox = SqlSandbox(SandboxSettings(url=sandbox_url, statement_timeout_s=TIMEOUT_S),
+                             TABLE)
+        name = sandbox.quote(TABLE.name)
+        try:
+            for sql in (f"ALTER TABLE {name} RENAME TO old_scores",
+                        f"CREATE VIEW {name} AS SELECT * FROM old_scores"):
+                assert not sandbox.observe(sql).startswith("Error"), sql
+            same_rows_through_a_view = sandbox.table_rows()
+            for sql in (f"DROP VIEW {name}", f"CREATE VIEW {name} AS {ENDLESS_VIEW[backend]}"):
+                assert not sandbox.observe(sql).startswith("Error"), sql
+            started = time.monotonic()
+            endless = sandbox.table_rows(), sandbox.table_md5()
+            return same_rows_through_a_view, *endless, time.monotonic() - started
+        finally:
+            sandbox.close()
+
+    through_a_view, rows, md5, seconds = within(30, scenario)
+    assert through_a_view is None
+    assert rows is None and md5 is None
+    assert seconds < 2 * BOUNDED_S
+
+
+def test_grader_reads_a_table_with_other_columns_as_gone(backend: str, sandbox_url: str) -> None:
+    sandbox = SqlSandbox(SandboxSettings(url=sandbox_url), TABLE)
+    name = sandbox.quote(TABLE.name)
+    try:
+        assert sandbox.observe(f"ALTER TABLE {name} RENAME COLUMN points TO score") == \
+            "Query OK, 0 row(s) affected."
+        assert sandbox.table_rows() is None  # the same rows, under another column
+        sandbox.observe(f"ALTER TABLE {name} RENAME COLUMN score TO points")
+        assert sandbox.table_rows() == list(TABLE.rows)
+    finally:
+        sandbox.close()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_postgresql_time_limit_cannot_be_switched_off(sandbox_url: str) -> None:
+    sandbox = SqlSandbox(SandboxSettings(url=sandbox_url, statement_timeout_s=TIMEOUT_S), TABLE)
+    try:
+        for attempt in ("SELECT \"set_config\"('statement_timeout', '0', false)",
+                        "SELECT U&\"\\0073et_config\"('statement_timeout', '0', false)",
+                        "SELECT U&\"!0073et_config\" UESCAPE '!'('statement_timeout', '0', false)",
+                        "UPDATE pg_settings SET setting = '0' WHERE name = 'statement_timeout'",
+                        "SELECT query_to_xml('SELECT set_config(''statement_timeout'', ''0'', "
+                        "false)', true, true, '')",
+                        "SET statement_timeout = 0", "RESET statement_timeout"):
+            assert sandbox.observe(attempt).startswith("Error: "), attempt
+        assert sandbox.observe("SELECT current_setting('statement_timeout')") == "[('500ms',)]"
+        # had a way through been found (here: unguarded), the client still ends the statement
+        assert sandbox._run("SET statement_timeout = 0").error is None
+        started = time.monotonic()
+        assert sandbox.observe("SELECT pg_sleep(4)").startswith("Error: ")
+        assert time.monotonic() - started < BOUNDED_S
+        # a new session, with the role's limit
+        assert sandbox.observe("SELECT current_setting('statement_timeout')") == "[('500ms',)]"
+    finally:
+        sandbox.close()
+
+
+@pytest.mark.parametrize("backend", ["mysql"])
+def test_mariadb_time_limit_cannot_be_switched_off(sandbox_url: str) -> None:
+    sandbox = SqlSandbox(SandboxSettings(url=sandbox_url, statement_timeout_s=TIMEOUT_S), TABLE)
+    try:
+        for attempt in ("SET SESSION max_statement_time = 0", "set @@max_statement_time = 0",
+                        "SET STATEMENT max_statement_time = 0 FOR SELECT SLEEP(3)",
+                        "/*!SET max_statement_time = 0 */ SELECT SLEEP(3)",
+                        "/*M!100100 SET STATEMENT max_statement_time = 0 FOR */ SELECT SLEEP(3)"):
+            started = time.monotonic()
+            sandbox.observe(attempt)
+            assert time.monotonic() - started < BOUNDED_S, attempt
+        assert sandbox.observe("SELECT @@max_statement_time") == "[(0.5,)]"
+        assert sandbox._run("SET SESSION max_statement_time = 0").error is None  # unguarded
+        started = time.monotonic()
+        assert sandbox.observe("SELECT SLEEP(4)").startswith(("Error: ", "[(1,)]"))
+        assert time.monotonic() - started < BOUNDED_S
+        # a new session, with the user's limit
+        assert sandbox.observe("SELECT @@max_statement_time") == "[(0.5,)]"
+    finally:
+        sandbox.close()
+
+
+def test_huge_values_are_errors_without_the_memory(backend: str, sandbox_url: str) -> None:
+    statements = HUGE_VALUES[backend]
+    started = time.monotonic()
+    child = in_fresh_process({"url": sandbox_url}, statements)
+    for (length, head, _), statement in zip(child["observations"], statements, strict=True):
+        assert head.startswith("Error: ") and length < 1000, (statement, head)
+    assert child["growth_mb"] < 100
+    assert time.monotonic() - started < 30
+
+
+def test_rows_read_are_bounded(backend: str, sandbox_url: str) -> None:
+    child = in_fresh_process({"url": sandbox_url}, [MANY_ROWS[backend]])
+    [(_, _, tail)] = child["observations"]
+    assert tail.endswith("(20 of more than 10000 rows shown; the rest were cut.)")
+    assert child["growth_mb"] < 100
+
+
+def test_grader_reads_a_table_past_the_rows_bound_as_gone(backend: str,
+                                                          sandbox_url: str) -> None:
+    sandbox = SqlSandbox(SandboxSettings(url=sandbox_url), TABLE)
+    name = sandbox.quote(TABLE.name)
+    try:
+        for _ in range(9):  # 30 rows doubled: 15360
+            assert not sandbox.observe(f"INSERT INTO {name} SELECT * FROM "
+                                       f"(SELECT * FROM {name}) AS copy").startswith("Error")
+        assert sandbox.table_rows() is None
+    finally:
+        sandbox.close()
+
+
+def test_observations_are_cut_at_their_bound(backend: str, sandbox_url: str) -> None:
+    long_value = {"sqlite": "SELECT replace(hex(zeroblob(20000)), '00', 'ab')",
+                  "postgresql": "SELECT repeat('ab', 20000)",
+                  "mysql": "SELECT repeat('ab', 20000)"}[backend]
+    # MySQL's messages are short (MYSQL_ERRMSG_SIZE); the others may quote any text
+    long_error = {"sqlite": ["SELECT * FROM " + "x" * 30000],
+                  "postgresql": ["SELECT CAST(repeat('x', 30000) AS int)"],
+                  "mysql": []}[backend]
+    sandbox = SqlSandbox(SandboxSettings(url=sandbox_url), TABLE)
+    try:
+        for sql in [long_value, *long_error]:
+            observation = sandbox.observe(sql)
+            assert observation.endswith("\n(the output was cut at 20000 characters.)"), sql[:80]
+            assert len(observation) < 20100
+        assert sandbox.observe("SELECT 'ab'") == "[('ab',)]"
+    finally:
+        sandbox.close()
+
+
+def test_stored_size_is_bounded(backend: str, sandbox_url: str) -> None:
+    """Each round tries to store 27 MB more: SQLite refuses the write (its memory stays
+    put), a server's sandbox reports that it is over its bound."""
+    statements = [sql.format(round_) for round_ in range(4) for sql in GROWTH[backend]]
+    child = in_fresh_process({"url": sandbox_url}, statements)
+    observations = [head for _, head, _ in child["observations"]]
+    if backend == "sqlite":
+        assert all(head.startswith("Error: database or disk is full") for head in observations)
+        assert child["growth_mb"] < 60
+        assert not child["storage_exceeded"]
+    else:
+        assert observations[len(GROWTH[backend]) - 1] == \
+            "Error: the sandbox's tables hold more than 16 MB, its limit"
+        assert child["storage_exceeded"]
+
+
+def test_sqlite_statement_is_ended_when_its_own_bound_fails() -> None:
+    """The client's timer is the last bound: here SQLite's progress handler is gone."""
+    sandbox = SqlSandbox(SandboxSettings(statement_timeout_s=TIMEOUT_S), TABLE)
+    try:
+        sandbox._backend.raw.set_progress_handler(None, 0)
+        started = time.monotonic()
+        observation = sandbox.observe(ENDLESS_VIEW["sqlite"])
+        assert time.monotonic() - started < BOUNDED_S
+        assert observation == (f"Error: the statement ran past the sandbox's time limit "
+                               f"({TIMEOUT_S:g} s) and was ended")
+        assert sandbox.observe("SELECT 1") == "[(1,)]"
+    finally:
+        sandbox.close()

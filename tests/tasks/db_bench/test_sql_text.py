@@ -83,3 +83,42 @@ def test_mysql_names_may_start_with_digits() -> None:
 
 def _double_quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def test_postgresql_unicode_escapes_are_decoded() -> None:
+    """U&"..." and U&'...' with the default or a UESCAPE character; bad escapes are errors."""
+    def values(sql: str) -> list[str]:
+        return [token.value for token in scan(sql, "postgresql").tokens]
+
+    assert values('SELECT U&"\\0073et_config"') == ["SELECT", "set_config"]
+    assert values("SELECT u&'d\\0061t\\+000061'") == ["SELECT", "data"]
+    assert values('SELECT U&"!0073et!!x" /* c */ UESCAPE \'!\'') == [
+        "SELECT", "set!x", "UESCAPE", "!"]
+    assert values('SELECT U&"\\D83D\\DE00"') == ["SELECT", "\U0001f600"]
+    assert scan('SELECT U&"a"', "mysql").tokens[1].value == "U"  # not a MySQL form
+    for bad in ('SELECT U&"\\00zz"', 'SELECT U&"\\D83D"', "SELECT U&'x' UESCAPE 'a'"):
+        with pytest.raises(SqlLexError):
+            scan(bad, "postgresql")
+
+
+@pytest.mark.parametrize(("dialect", "sql"), [
+    ("postgresql", "SELECT \"set_config\"('statement_timeout', '0', false)"),
+    ("postgresql", "SELECT U&\"\\0073et_config\"('statement_timeout', '0', false)"),
+    ("postgresql", "SELECT U&\"!0073et_config\" UESCAPE '!'('statement_timeout', '0', false)"),
+    ("postgresql", "SELECT \"pg_catalog\".\"set_config\"('statement_timeout', '0', false)"),
+    ("postgresql", "UPDATE pg_settings SET setting = '0' WHERE name = 'statement_timeout'"),
+    ("postgresql", "SELECT query_to_xml('SELECT set_config(''statement_timeout'', ''0'', "
+                   "false)', true, true, '')"),
+    ("mysql", "SELECT `load_file`('/etc/passwd')"),
+    ("sqlite", "SELECT [load_extension]('/tmp/evil')"),
+    ("sqlite", "SELECT \"readfile\"('/etc/passwd')"),
+])
+def test_guard_checks_quoted_names_like_words(dialect: str, sql: str) -> None:
+    with pytest.raises(StatementRejected, match="not allowed"):
+        StatementGuard(dialect, frozenset()).check(sql)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("sql", ["SELECT 1\x00", "SELECT '\udc80'"])
+def test_guard_refuses_text_no_driver_can_send(sql: str) -> None:
+    with pytest.raises(StatementRejected):
+        StatementGuard("sqlite", frozenset()).check(sql)

@@ -3,15 +3,17 @@ settings, the sandbox's lifetime."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pydantic
 import pytest
 
-from src.records.episode import Outcome
+from src.records.episode import EpisodeStatus, Outcome
 from src.tasks.instance.db_bench.problem import DBBenchProblem
 from src.tasks.instance.db_bench.skills import SKILLS
 from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill
+from tests.tasks.db_bench.test_sandbox import BOUNDED_S, ENDLESS_VIEW, GROWTH, TIMEOUT_S, within
 
 
 def test_first_message_and_an_episode() -> None:
@@ -152,3 +154,60 @@ def test_only_the_procedural_source_draws_selection_problems(tmp_path) -> None:
                                          "'lifelong_agent_bench'"):
         DBBenchSingleSkill(skill_to_tasks_path=str(tmp_path / "skill_to_tasks.json"),
                            num_selection=8)
+
+
+def _operation(sql: str) -> str:
+    return f"Action: Operation\n```sql\n{sql}\n```"
+
+
+def _quoted(backend: str, name: str) -> str:
+    return f"`{name}`" if backend == "mysql" else f'"{name}"'
+
+
+def test_a_view_in_the_tables_place_is_graded_wrong_within_the_limit(
+        backend: str, sandbox_url: str) -> None:
+    """A modification answered after its table was renamed away and an endless view put in
+    its place: the episode ends INCORRECT, its grading within the time limit."""
+    task = DBBenchSingleSkill(skills=["delete"], num_train=1, max_round=4,
+                              sandbox={"url": sandbox_url, "statement_timeout_s": TIMEOUT_S})
+    table = DBBenchProblem.model_validate(task.get_sample("train-000000").data).table.name
+    view = ENDLESS_VIEW[backend].replace("Team Name", "x").replace("points", "y")
+
+    def episode() -> tuple[list[str], tuple, float]:
+        environment = task.new_episode()
+        try:
+            environment.reset(options={"sample_id": "train-000000"})
+            observations = [environment.step(_operation(sql))[0] for sql in (
+                f"ALTER TABLE {_quoted(backend, table)} RENAME TO old_table",
+                f"CREATE VIEW {_quoted(backend, table)} AS {view}")]
+            started = time.monotonic()
+            answered = environment.step("Action: Answer\nFinal Answer: []")
+            return observations, answered, time.monotonic() - started
+        finally:
+            environment.close()
+
+    observations, (_, reward, terminated, _, info), seconds = within(30, episode)
+    assert not any(text.startswith("Error") for text in observations), observations
+    assert (terminated, info["outcome"], reward) == (True, Outcome.INCORRECT, -0.1)
+    assert seconds < 3 * BOUNDED_S
+
+
+def test_a_sandbox_over_its_storage_bound_ends_the_episode(backend: str,
+                                                           sandbox_url: str) -> None:
+    """Servers: the statement that leaves the tables past the bound ends the episode
+    INCORRECT; SQLite refuses the write and the episode goes on."""
+    task = DBBenchSingleSkill(skills=["update"], num_train=1, max_round=6,
+                              sandbox={"url": sandbox_url})
+    environment = task.new_episode()
+    environment.reset(options={"sample_id": "train-000000"})
+    try:
+        steps = [environment.step(_operation(sql.format(0))) for sql in GROWTH[backend]]
+    finally:
+        environment.close()
+    observation, reward, terminated, truncated, info = steps[-1]
+    if backend == "sqlite":
+        assert observation.startswith("Error: database or disk is full")
+        assert (terminated, info["status"]) == (False, EpisodeStatus.RUNNING)
+    else:
+        assert (terminated, info["outcome"], reward) == (True, Outcome.INCORRECT, -0.1)
+        assert info["metrics"]["storage_limit"] == 1.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from src.tasks.instance.econ.reply_parser import Decision, FormatFailure, parse_decision
@@ -63,3 +65,25 @@ def test_failures_name_the_problem() -> None:
     assert "outside [0, 1]" in reason('{"work": 2, "consumption": 0}')
     assert "not a number" in reason('{"work": "1", "consumption": 0}')
     assert "duplicate keys ['work']" in reason('{"work": 1, "work": 1, "consumption": 0}')
+
+
+@pytest.mark.parametrize("reply", [
+    "```json" + " " * 50_000 + "x",  # the fence's reading backtracked over each space
+    "{" + ", ".join(f'"k{index}": {index}' for index in range(50_000)) + "}",
+    "{" + ", ".join(['"work": 0.5'] * 50_000) + "}",  # duplicates were counted key by key
+], ids=["fence of spaces", "many keys", "many duplicates"])
+def test_long_replies_are_read_in_linear_time(reply: str) -> None:
+    started = time.monotonic()
+    assert isinstance(parse_decision(reply), FormatFailure)
+    assert time.monotonic() - started < 2.0
+
+
+@pytest.mark.parametrize("reply", [
+    "{" + ", ".join(f'"k{index}": {index}' for index in range(50_000)) + "}",
+    "{" + ", ".join(f'"k{index}": 1, "k{index}": 2' for index in range(50_000)) + "}",
+    '{"work": "' + "x" * 100_000 + '", "consumption": 0.5}',
+    '{"work": ' + "[" * 900 + "]" * 900 + ', "consumption": 0.5}',
+    '{"work": ' + "9" * 4_000 + ', "consumption": 0.5}',
+], ids=["many keys", "many duplicates", "long text", "deep list", "long number"])
+def test_the_reason_of_a_failure_stays_short(reply: str) -> None:
+    assert len(reason(reply)) < 500

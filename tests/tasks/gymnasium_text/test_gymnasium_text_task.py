@@ -3,7 +3,9 @@ environment's reward and end, clear errors; the recipe trains 2 batches."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import gymnasium
 import pytest
@@ -43,7 +45,7 @@ def test_an_entry_point_plays_seeded_per_sample_with_the_environments_reward() -
     observation, reward, terminated, _, info = play(task, "train-000000",
                                                     [f"it is {secrets[0]}"])[-1]
     assert terminated and reward == 1.0 and info["outcome"] is Outcome.CORRECT
-    assert info["metrics"] == {"return": 1.0, "truncated": 0.0}
+    assert info["metrics"] == {"return": 1.0, "truncated": 0.0, "environment_error": 0.0}
 
 
 def test_the_environments_own_truncation_ends_the_episode() -> None:
@@ -56,6 +58,40 @@ def test_the_environments_own_truncation_ends_the_episode() -> None:
     assert len(steps) == 3 and terminated and not truncated
     assert info["status"] is EpisodeStatus.COMPLETED and info["outcome"] is Outcome.INCORRECT
     assert info["metrics"]["truncated"] == 1.0 and reward == 0.0
+
+
+def test_a_number_past_pythons_int_limit_is_out_of_range() -> None:
+    task = GymnasiumTextTask(entry_point=ENTRY_POINT, num_train=2, num_validation=1)
+    observation, reward, terminated, _, info = play(task, "train-000000", ["9" * 5_000])[-1]
+    assert observation == "That is not a number from 1 to 10."
+    assert not terminated and reward == 0.0 and info["metrics"]["environment_error"] == 0.0
+
+
+class JsonActions(gymnasium.Env[str, str]):
+    """Reads each reply as JSON, as code written for well-formed actions does: a reply
+    that is not JSON raises."""
+
+    observation_space = action_space = gymnasium.spaces.Text(max_length=1_000)
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        return "Reply with the JSON number 1.", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        correct = json.loads(action) == 1
+        return "Not 1.", float(correct), correct, False, {}
+
+
+def test_an_environment_that_raises_on_a_reply_ends_the_episode_scored() -> None:
+    task = GymnasiumTextTask(entry_point=f"{__name__}:JsonActions", num_train=2,
+                             num_validation=1)
+    steps = play(task, "train-000000", ["2", "not JSON", "1"])
+    assert [step[4]["metrics"]["environment_error"] for step in steps[1:]] == [0.0, 1.0]
+    observation, reward, terminated, _, info = steps[-1]
+    assert terminated and observation == "" and reward == 0.0
+    assert info["status"] is EpisodeStatus.COMPLETED and info["outcome"] is Outcome.INCORRECT
+    assert info["extras"]["environment_error"].startswith("JSONDecodeError: Expecting value")
 
 
 def test_a_registered_id_with_kwargs() -> None:

@@ -80,6 +80,20 @@ def test_a_win_is_correct_and_a_partial_credit_loss_is_not() -> None:
         "game_reward": 0, "turn_limit": 0.0}
 
 
+def test_a_move_the_game_raises_on_loses_it_as_an_invalid_move() -> None:
+    # GuessTheNumber reads a guess with int(), which refuses more than 4,300 digits: the
+    # move is the model's, so the episode is scored (TextArena's loss by an invalid move),
+    # not failed as an error of the environment
+    episode, _ = started(guess_task(), "train-000000")
+    observation, reward, terminated, _, info = episode.step("[" + "9" * 5_000 + "]")
+    assert terminated and observation == "" and reward == -1.0
+    assert info["status"] is EpisodeStatus.COMPLETED and info["outcome"] is Outcome.INCORRECT
+    assert info["metrics"] == {
+        "won": 0.0, "drawn": 0.0, "lost": 1.0, "invalid_move": 1.0, "invalid_moves": 0.0,
+        "game_reward": -1.0, "turn_limit": 0.0}
+    assert info["extras"]["game_end"].startswith("the game failed on the move: ValueError")
+
+
 def test_samples_are_different_games_and_each_the_same_every_time() -> None:
     task = guess_task()
     secrets = [secret_of(task, f"train-{index:06d}") for index in range(8)]

@@ -13,8 +13,8 @@ pytest.importorskip("verifiers", reason="the verifiers adapter's package (the `v
 pytest.importorskip("openai", reason="the openai client is the `openai` extra")
 
 from src.agents.instance.openai_client_agent import OpenAIClientAgent  # noqa: E402
-from src.experiment.rollout import roll_out_lockstep  # noqa: E402
 from src.records.episode import Episode, EpisodeStatus, Outcome  # noqa: E402
+from src.run.rollout import roll_out_lockstep  # noqa: E402
 from src.tasks.instance.math_problems.task import MathProblemsTask  # noqa: E402
 from src.tasks.instance.verifiers.task import VerifiersTask  # noqa: E402
 from tests.agents.openai_endpoint.test_tool_calls import TOOL_TEMPLATE  # noqa: E402
@@ -165,6 +165,19 @@ def test_a_tool_episode_is_trained_on_exactly_what_was_sampled(scripted, calcula
     assert [trajectory.token_ids[i] for i, m in enumerate(trajectory.loss_mask) if m] == [
         token for response in agent.responses for token in response["choices"][0]["token_ids"]]
     assert model.tokenizer.decode(fed).count("<tool_response>\n156\n</tool_response>") == 1
+
+
+def test_a_prompted_call_nested_past_the_json_reader_is_answered_as_an_error(scripted) -> None:
+    # the model's text: a call nested deeper than the JSON reader goes is answered as any
+    # unreadable call is, never a failure of the environment
+    task = VerifiersTask(CALCULATOR, num_validation=2, tool_protocol="prompted")
+    try:
+        _, (episode,) = roll_out(scripted(["<tool_call>" + "[" * 3_000, "It is 156."]), task)
+    finally:
+        task.close()
+    assert episode.status is EpisodeStatus.COMPLETED and episode.error is None
+    assert episode.info["verifiers_transcript"][3]["content"].startswith(
+        "<tool_response>\nerror: the call is not JSON (maximum recursion depth exceeded")
 
 
 def test_the_turn_limit_ends_a_rollout_as_truncated(scripted, calculator) -> None:

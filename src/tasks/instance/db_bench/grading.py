@@ -60,7 +60,10 @@ def _normal(value: Value) -> tuple[int, float | str]:
     if value is None:
         return _NULL, ""
     if isinstance(value, int | float):
-        return _NUMERIC, float(value)
+        try:
+            return _NUMERIC, float(value)
+        except OverflowError:  # an integer past the floats reads as its text would: infinite
+            return _NUMERIC, math.inf if value > 0 else -math.inf
     text = value.strip()
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         text = text[1:-1].strip()

@@ -4,14 +4,17 @@ Comments are dropped from the code that is executed (MySQL's executable `/*! ...
 comments and optimizer hints included), so the statement guard sees exactly what runs.
 Quoting follows each dialect's defaults: in MySQL "..." is a string and backslashes
 escape; in SQLite and PostgreSQL "..." names an identifier; PostgreSQL also has E'...'
-strings and $tag$...$tag$ bodies. MySQL also reads a bare name that starts with digits
-(`1952_British_Grand_Prix_0`) as a name; SQLite and PostgreSQL need it quoted.
+strings, $tag$...$tag$ bodies and U&"..." / U&'...' forms whose Unicode escapes
+(`\\0073`, `\\+000073`, or another escape character that a following UESCAPE '!' names)
+are decoded, so that a quoted name is checked as the name the server sees. MySQL also
+reads a bare name that starts with digits (`1952_British_Grand_Prix_0`) as a name; SQLite
+and PostgreSQL need it quoted.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Literal
 
@@ -23,6 +26,7 @@ _MYSQL_ESCAPES = {"0": "\0", "b": "\b", "n": "\n", "r": "\r", "t": "\t", "Z": "\
 # In MySQL a run of name characters that starts with a digit is a number only in these
 # shapes (`1e` may go on with an exponent's sign and digits); any other run is a name.
 _MYSQL_NUMBER = re.compile(r"\d+|\d+[eE]\d*|0x[0-9a-fA-F]+|0b[01]+")
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
 class SqlLexError(ValueError):
@@ -84,6 +88,7 @@ class _Scanner:
         self.code: list[str] = []
         self.code_length = 0
         self.tokens: list[Token] = []
+        self.unicode_escaped: list[int] = []  # indexes of U&"..." / U&'...' tokens
 
     def run(self) -> ScannedSql:
         sql = self.sql
@@ -113,6 +118,8 @@ class _Scanner:
             else:
                 operator = next((op for op in _OPERATORS if sql.startswith(op, self.position)), char)
                 self._token(TokenKind.SYMBOL, self.position + len(operator), operator)
+        for index in self.unicode_escaped:
+            self._decode_unicode_escapes(index)
         return ScannedSql(code="".join(self.code), tokens=tuple(self.tokens))
 
     # ---- output --------------------------------------------------------------------
@@ -196,6 +203,27 @@ class _Scanner:
                 index += 1
         return index + 1, "".join(value)
 
+    def _unicode_escaped(self, quote_at: int) -> None:
+        """PostgreSQL's U&"..." or U&'...' whose `U&` starts here; decoded once the
+        statement is read, when a following UESCAPE is known."""
+        string = self.sql[quote_at] == "'"
+        end, value = self._quoted(quote_at, self.sql[quote_at], doubled=True, backslash=False,
+                                  what="string" if string else "quoted name")
+        self._token(TokenKind.STRING if string else TokenKind.IDENTIFIER, end, value)
+        self.unicode_escaped.append(len(self.tokens) - 1)
+
+    def _decode_unicode_escapes(self, index: int) -> None:
+        token, following = self.tokens[index], self.tokens[index + 1:index + 3]
+        escape = "\\"
+        if len(following) == 2 and following[0].is_word("UESCAPE"):
+            escape = following[1].value
+            if (following[1].kind is not TokenKind.STRING or len(escape) != 1
+                    or escape in _HEX_DIGITS or escape in "+'\"" or escape.isspace()):
+                raise SqlLexError(f"invalid UESCAPE character after the U& text at character "
+                                  f"{token.start}")
+        self.tokens[index] = replace(token, value=_unescape_unicode(token.value, escape,
+                                                                      token.start))
+
     def _dollar_quote(self) -> bool:
         sql, start = self.sql, self.position
         close = sql.find("$", start + 1)
@@ -232,9 +260,48 @@ class _Scanner:
         sql = self.sql
         index = self._name_end(self.position)
         word = sql[self.position:index]
+        if (self.dialect == "postgresql" and word in ("U", "u") and sql[index:index + 1] == "&"
+                and sql[index + 1:index + 2] in ("'", '"')):
+            self._unicode_escaped(index + 1)
+            return
         if index < len(sql) and sql[index] == "'" and word.upper() in ("E", "X", "B", "N"):
             # a prefixed string: E'..' (PostgreSQL escapes), X'..', B'..', N'..'
             self._string(index, backslash=self.dialect == "mysql" or (
                 self.dialect == "postgresql" and word.upper() == "E"))
             return
         self._token(TokenKind.WORD, index, word)
+
+
+def _unescape_unicode(text: str, escape: str, at: int) -> str:
+    """The text of a U& string or name: `escape` + 4 hex digits, `escape` + '+' + 6 hex
+    digits (a UTF-16 surrogate pair written as two escapes is joined) and a doubled
+    `escape` for itself; anything else as written."""
+    decoded: list[str] = []
+    high_surrogate: int | None = None
+    index = 0
+    while index < len(text):
+        if text[index] != escape or text[index + 1:index + 2] == escape:
+            if high_surrogate is not None:
+                break
+            decoded.append(text[index])
+            index += 1 if text[index] != escape else 2
+            continue
+        width, start = (6, index + 2) if text[index + 1:index + 2] == "+" else (4, index + 1)
+        digits = text[start:start + width]
+        if len(digits) != width or not set(digits) <= _HEX_DIGITS:
+            raise SqlLexError(f"invalid Unicode escape in the U& text at character {at}")
+        code, index = int(digits, 16), start + width
+        if high_surrogate is not None:
+            if not 0xDC00 <= code <= 0xDFFF:
+                break
+            code = 0x10000 + ((high_surrogate - 0xD800) << 10) + (code - 0xDC00)
+            high_surrogate = None
+        elif 0xD800 <= code <= 0xDBFF:
+            high_surrogate = code
+            continue
+        if code == 0 or code > 0x10FFFF or 0xDC00 <= code <= 0xDFFF:
+            raise SqlLexError(f"invalid Unicode escape in the U& text at character {at}")
+        decoded.append(chr(code))
+    if high_surrogate is not None:
+        raise SqlLexError(f"invalid Unicode surrogate pair in the U& text at character {at}")
+    return "".join(decoded)

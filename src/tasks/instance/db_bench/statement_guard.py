@@ -4,8 +4,11 @@ This is the second line of defence and the source of clear refusals; the first i
 database itself (SQLite's authorizer, a MySQL user with grants on one database only, a
 PostgreSQL role that owns one schema). The guard refuses statements that leave the
 sandbox or its limits: other databases or schemas named as qualifiers, statements that
-change sessions, users or databases (USE, SET, GRANT, CREATE DATABASE, ...), and file
-access (INTO OUTFILE, LOAD_FILE, pg_read_file, COPY, load_extension, ...).
+change sessions, users or databases (USE, SET, GRANT, CREATE DATABASE, ...), functions
+that change settings or run SQL text where the guard cannot read it (set_config,
+query_to_xml, ...), and file access (INTO OUTFILE, LOAD_FILE, pg_read_file, COPY,
+load_extension, ...). Quoted names (`name`, [name], "name", U&"\\0073et_config") are
+checked as the names they decode to, like bare words.
 """
 
 from __future__ import annotations
@@ -33,13 +36,21 @@ _HEADS: dict[Dialect, frozenset[str]] = {
 # What CREATE/DROP/ALTER may act on (after OR REPLACE, TEMP/TEMPORARY, UNIQUE).
 _SCHEMA_OBJECTS = frozenset({"TABLE", "VIEW", "INDEX"})
 _SCHEMA_MODIFIERS = frozenset({"OR", "REPLACE", "TEMP", "TEMPORARY", "UNIQUE"})
-# Words that reach files, other sessions or settings, wherever they appear.
+# Words that reach files, other sessions or settings, or run SQL text that the guard never
+# sees, wherever they appear (bare or quoted). PostgreSQL lets any session change its own
+# statement_timeout, so set_config and the pg_settings view (whose UPDATE calls it) are
+# refused here, and the sandbox's time limit also has a client-side bound.
 _FORBIDDEN_WORDS: dict[Dialect, frozenset[str]] = {
     "sqlite": frozenset({"LOAD_EXTENSION", "READFILE", "WRITEFILE", "FTS3_TOKENIZER"}),
     "mysql": frozenset({"OUTFILE", "DUMPFILE", "INFILE", "LOAD_FILE", "SYS_EXEC", "SYS_EVAL"}),
     "postgresql": frozenset({"PG_READ_FILE", "PG_READ_BINARY_FILE", "PG_LS_DIR", "PG_STAT_FILE",
-                             "LO_IMPORT", "LO_EXPORT", "SET_CONFIG", "DBLINK", "DBLINK_EXEC",
-                             "PG_TERMINATE_BACKEND", "PG_CANCEL_BACKEND", "PG_RELOAD_CONF"}),
+                             "LO_IMPORT", "LO_EXPORT", "SET_CONFIG", "PG_SETTINGS", "DBLINK",
+                             "DBLINK_EXEC", "PG_TERMINATE_BACKEND", "PG_CANCEL_BACKEND",
+                             "PG_RELOAD_CONF", "QUERY_TO_XML", "QUERY_TO_XMLSCHEMA",
+                             "QUERY_TO_XML_AND_XMLSCHEMA", "TS_STAT", "TS_REWRITE",
+                             # large objects live outside the sandbox's schema and its size
+                             "LO_CREAT", "LO_CREATE", "LO_FROM_BYTEA", "LO_PUT", "LO_OPEN",
+                             "LOWRITE"}),
 }
 
 
@@ -55,6 +66,13 @@ class StatementGuard:
 
     def check(self, sql: str) -> str:
         """The statement's text without comments, as it is to be executed."""
+        if "\0" in sql:
+            raise StatementRejected("the SQL holds a NUL character")
+        try:
+            sql.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise StatementRejected(f"the SQL is not valid text: {error.reason} at character "
+                                    f"{error.start}") from error
         try:
             scanned: ScannedSql = scan(sql, self.dialect)
         except SqlLexError as error:
@@ -91,7 +109,8 @@ class StatementGuard:
     def _check_words(self, statement: tuple[Token, ...]) -> None:
         forbidden = _FORBIDDEN_WORDS[self.dialect]
         for token in statement:
-            if token.kind is TokenKind.WORD and token.value.upper() in forbidden:
+            if (token.kind in (TokenKind.WORD, TokenKind.IDENTIFIER)
+                    and token.value.upper() in forbidden):
                 raise StatementRejected(f"{token.value} is not allowed in this sandbox (it "
                                         f"reaches files, settings or other sessions)")
 

@@ -22,6 +22,11 @@ Grading and rewards (`reward_correct` +1.0, `reward_incorrect` -0.1, `reward_tim
 - A malformed reply (no action, no or an empty ```sql block, no `Final Answer:` line) ends
   the episode INCORRECT with `reward_incorrect` (AgentBench's rules: "judged as FAIL
   immediately"); the metric `format_error` counts them.
+- A statement that leaves the sandbox's tables larger than its `max_storage_mb` ends the
+  episode INCORRECT with `reward_incorrect` (metric `storage_limit`); other bounds of the
+  sandbox (time, value length, rows read, observation length) end a statement as an
+  error or a cut observation, and the grader reads a table replaced by a view, or with
+  other columns, as wrong.
 - At the round limit (`max_round` replies, none an answer) a query is INCORRECT with
   `reward_timeout`. A modification whose table is already right is, by default
   (`modification_correct_at_round_limit: correct`), CORRECT with `reward_correct`: the
@@ -118,7 +123,7 @@ class DBBenchSingleSkill(Task["DBBenchEpisode"]):
     correct when its final answer matches; a modification when its table matches the
     reference SQL's; a malformed reply fails at once with `reward_incorrect`, and the
     round limit scores `reward_timeout`. Metrics: `correct`, `format_error`,
-    `round_limit`, `sql_errors`, `skill/<skill>`, and on MySQL/MariaDB
+    `round_limit`, `storage_limit`, `sql_errors`, `skill/<skill>`, and on MySQL/MariaDB
     `agentbench_md5_match`. The module docstring has the details."""
 
     def __init__(
@@ -284,6 +289,10 @@ class DBBenchEpisode(EpisodeEnv[DBBenchSingleSkill]):
             state.expected = result.flat_values()
         else:
             state.reference_rows = sandbox.table_rows()
+            if state.reference_rows is None:
+                raise ReferenceSqlError(f"sample '{sample_id}': the table after the reference "
+                                        f"SQL cannot be read on {sandbox.dialect} within the "
+                                        f"sandbox's bounds\n  SQL: {reference}")
             sandbox.restore_rows()  # the agent starts from a fresh copy
         return state
 
@@ -297,7 +306,9 @@ class DBBenchEpisode(EpisodeEnv[DBBenchSingleSkill]):
         result = state.sandbox.execute(reply.sql)
         state.operations += 1
         state.sql_errors += result.error is not None
-        observation = result.observation(self.family.sandbox_settings.max_rows_shown)
+        if state.sandbox.storage_exceeded:
+            return self._finish(False, storage_limit=True)
+        observation = state.sandbox.observation(result)
         if self.round_index < self.family.max_round:
             return StepOutcome(observation=observation)
         # The round limit ends the episode after this reply: grade now, then drop the sandbox.
@@ -313,8 +324,10 @@ class DBBenchEpisode(EpisodeEnv[DBBenchSingleSkill]):
     def _at_round_limit(self) -> tuple[Outcome, float]:
         return self._limit_result
 
-    def _finish(self, correct: bool, format_error: bool = False) -> StepOutcome:
-        metrics, info = self._final_figures(correct, format_error=format_error)
+    def _finish(self, correct: bool, format_error: bool = False,
+                storage_limit: bool = False) -> StepOutcome:
+        metrics, info = self._final_figures(correct, format_error=format_error,
+                                            storage_limit=storage_limit)
         self._end_episode()
         family = self.family
         return StepOutcome(observation="", terminated=True,
@@ -334,13 +347,15 @@ class DBBenchEpisode(EpisodeEnv[DBBenchSingleSkill]):
         return tables_match(state.sandbox.table_rows(), state.reference_rows)
 
     def _final_figures(self, correct: bool, format_error: bool = False,
-                       round_limit: bool = False) -> tuple[dict[str, float], dict[str, Any]]:
+                       round_limit: bool = False,
+                       storage_limit: bool = False) -> tuple[dict[str, float], dict[str, Any]]:
         """The metrics and info of the episode's last step."""
         state = self._current()
         metrics = {
             "correct": float(correct),
             "format_error": float(format_error),
             "round_limit": float(round_limit),
+            "storage_limit": float(storage_limit),
             "sql_errors": float(state.sql_errors),
         }
         for skill in state.problem.skills:

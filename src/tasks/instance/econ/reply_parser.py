@@ -10,7 +10,7 @@ EconAgent asks for. Anything else is a `FormatFailure` naming the reason, never 
 from __future__ import annotations
 
 import json
-import re
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,13 @@ GRID_STEPS = 50  # 0.02 steps over [0, 1]
 def snap_to_grid(value: float) -> float:
     """The nearest grid value (k / GRID_STEPS) to a propensity in [0, 1]."""
     return round(value * GRID_STEPS) / GRID_STEPS
-_FENCE = re.compile(r"```json\s*(.*)```", re.DOTALL)
+
+
+_FENCE_OPEN, _FENCE_CLOSE = "```json", "```"
+# what a failure's reason shows of a reply's values and keys: a reason is logged with the
+# episode, and a reply may be a megabyte
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict = 2, 5, 5
 
 
 @dataclass(frozen=True)
@@ -43,20 +49,26 @@ def _reject_constant(name: str) -> Any:
 
 
 def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [key for key, _ in pairs]
-    duplicates = sorted({key for key in keys if keys.count(key) > 1})
-    if duplicates:
-        raise ValueError(f"duplicate keys {duplicates}")
-    return dict(pairs)
+    data = dict(pairs)
+    if len(data) < len(pairs):
+        seen: set[str] = set()
+        duplicates: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                duplicates.add(key)
+            seen.add(key)
+        raise ValueError(f"duplicate keys {_SHORT.repr(sorted(duplicates))}")
+    return data
 
 
 def parse_decision(reply: str) -> Decision | FormatFailure:
     text = reply.strip()
     if text.startswith("```"):
-        fence = _FENCE.fullmatch(text)
-        if fence is None:
+        # a json fence opening the reply and a fence closing it; read with string tests, as
+        # a regular expression backtracks over a long reply once for each of its spaces
+        if not (text.startswith(_FENCE_OPEN) and text.endswith(_FENCE_CLOSE)):
             return FormatFailure("a code fence must be one ```json ... ``` block and nothing else")
-        text = fence.group(1)
+        text = text[len(_FENCE_OPEN):-len(_FENCE_CLOSE)]
     try:
         data = json.loads(text, parse_constant=_reject_constant,
                           object_pairs_hook=_object_without_duplicates)
@@ -68,14 +80,14 @@ def parse_decision(reply: str) -> Decision | FormatFailure:
     extra = sorted(set(data) - set(KEYS))
     if missing or extra:
         return FormatFailure(f"the object needs exactly the keys {list(KEYS)}; "
-                             f"missing {missing}, unexpected {extra}")
+                             f"missing {missing}, unexpected {_SHORT.repr(extra)}")
     values = []
     for key in KEYS:
         value = data[key]
         if isinstance(value, bool) or not isinstance(value, int | float):
-            return FormatFailure(f"'{key}' is {value!r}, not a number")
+            return FormatFailure(f"'{key}' is {_SHORT.repr(value)}, not a number")
         # a NaN fails the comparison and an overflow (1e999) is infinite: both are outside
         if not 0.0 <= value <= 1.0:
-            return FormatFailure(f"'{key}' is {value}, outside [0, 1]")
+            return FormatFailure(f"'{key}' is {_SHORT.repr(value)}, outside [0, 1]")
         values.append(snap_to_grid(value))
     return Decision(work=values[0], consumption=values[1])

@@ -10,11 +10,15 @@ environments that draw from the global ones. Observations are the user turns, th
 agent's reply is the action; the reward is the sum of the environment's rewards, the
 episode ends when the environment terminates or truncates (metric `truncated`). It is
 correct when the environment's `info["is_success"]` says so or, where the environment
-gives none, when the return reaches `success_threshold`. Metrics: `return`, `truncated`.
+gives none, when the return reaches `success_threshold`. An environment that raises on a
+reply ends the episode there, scored (reward 0, incorrect), since the reply is the model's
+text; the metric `environment_error` counts it and the episode's info holds the error.
+Metrics: `return`, `truncated`, `environment_error`.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -33,6 +37,8 @@ from src.tasks.task import (
     derived_seed,
     split_sample_ids,
 )
+
+logger = logging.getLogger(__name__)
 
 
 class GymnasiumTextTask(Task["GymnasiumTextEpisode"]):
@@ -62,6 +68,7 @@ class GymnasiumTextTask(Task["GymnasiumTextEpisode"]):
         self.success_threshold = success_threshold
         self.instruction = instruction
         self.name = env_id or str(entry_point)
+        self.logged_failed_step = False  # the first reply the environment raised on is logged
         environment = self.make_environment()  # a wrong id or argument: an error now
         try:
             observation, _ = environment.reset(seed=0)
@@ -112,12 +119,17 @@ class GymnasiumTextEpisode(EpisodeEnv[GymnasiumTextTask]):
     def _step(self, action: str) -> StepOutcome:
         assert self._environment is not None
         with self._streams.active():
-            observation, reward, terminated, truncated, info = self._environment.step(action)
+            try:
+                observation, reward, terminated, truncated, info = self._environment.step(
+                    action)
+            except Exception as error:  # noqa: BLE001 - it failed on the model's text
+                return self._failed_step(error)
         reward = float(reward)
         if not math.isfinite(reward):
             raise ValueError(f"{self.family.name} gave the reward {reward}")
         self._return += reward
-        metrics = {"return": self._return, "truncated": float(bool(truncated))}
+        metrics = {"return": self._return, "truncated": float(bool(truncated)),
+                   "environment_error": 0.0}
         if not (terminated or truncated):
             return StepOutcome(observation=_text(observation, "step"), reward=reward,
                                metrics=metrics)
@@ -127,6 +139,23 @@ class GymnasiumTextEpisode(EpisodeEnv[GymnasiumTextTask]):
         return StepOutcome(observation="", reward=reward, terminated=True,
                            outcome=Outcome.CORRECT if success else Outcome.INCORRECT,
                            metrics=metrics)
+
+    def _failed_step(self, error: Exception) -> StepOutcome:
+        """The end of an episode whose environment raised on the reply. The first such
+        failure of a family is logged with its traceback, where a bug of the environment
+        itself would show."""
+        family = self.family
+        if not family.logged_failed_step:
+            family.logged_failed_step = True
+            logger.warning("%s raised on a reply: the episode ends there, scored 0 (later "
+                           "ones are only counted in the metric environment_error)",
+                           family.name, exc_info=True)
+        return StepOutcome(observation="", reward=0.0, terminated=True,
+                           outcome=Outcome.INCORRECT,
+                           metrics={"return": self._return, "truncated": 0.0,
+                                    "environment_error": 1.0},
+                           info={"environment_error":
+                                 f"{type(error).__name__}: {error}"[:500]})
 
     def _oracle_reply(self) -> str:
         raise NotImplementedError("a Gymnasium environment has no reference actions")

@@ -17,7 +17,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from src.maths.groups import group_zscore
-from src.tasks.answers import answer_part, last_boxed_content
+from src.tasks.answers import MAX_ANSWER_CHARS, answer_part, last_boxed_content
 from src.tasks.instance.math_problems.verification import verify_bounded
 from src.tasks.instance.math_problems.verl_reward import CUSTOM
 from src.tasks.rubric import RewardFunction, Rubric
@@ -27,9 +27,9 @@ _NUMBER = re.compile(r"^\s*-?\d+(?:\.\d+)?\s*$")
 
 def is_correct(completion: str, gold: str) -> bool:
     """math-verify on the last boxed answer, bounded in time (an answer it cannot settle
-    within the bound is wrong)."""
+    within the bound, or longer than MAX_ANSWER_CHARS, is wrong)."""
     boxed = last_boxed_content(answer_part(completion))
-    if boxed is None or not boxed.strip():
+    if boxed is None or not boxed.strip() or len(boxed) > MAX_ANSWER_CHARS:
         return False
     return verify_bounded(gold, boxed)
 

@@ -22,7 +22,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from src.tasks.answers import answer_part, last_answer_tag, last_boxed_content
+from src.tasks.answers import (
+    MAX_ANSWER_CHARS,
+    answer_part,
+    last_answer_tag,
+    last_boxed_content,
+)
 from src.tasks.instance.optional_packages import import_optional
 from src.tasks.rubric import Rubric
 from src.tasks.single_turn import SingleTurnTask
@@ -35,9 +40,6 @@ INSTRUCTIONS: dict[str, str] = {
     "boxed": "Put your final answer in \\boxed{}.",
     "answer_tag": "Put your final answer between <answer> and </answer>.",
 }
-# Longer extracted answers score 0 without reaching the dataset's scorer: some scorers
-# parse with sympy, whose time grows with what a policy writes.
-MAX_ANSWER_CHARS = 2_000
 
 
 class ReasoningGymTask(SingleTurnTask):

@@ -6,8 +6,9 @@ agent's last move (TextArena's observation wrappers, which repeat the whole hist
 taken off; its action wrappers stay); the agent's reply is the move. The reward is the
 game's own reward for the agent's player; the outcome is correct when the agent won.
 Metrics: `won`, `drawn`, `lost`, `invalid_move` (the game ended on the agent's invalid
-move), `invalid_moves` (the agent's invalid moves the game let it retry), `turn_limit`
-(`max_turns` replies without an end: reward 0) and `game_reward`.
+move, or on a move its code raised on: lost, reward -1), `invalid_moves` (the agent's
+invalid moves the game let it retry), `turn_limit` (`max_turns` replies without an end:
+reward 0) and `game_reward`.
 
 A sample is a game: its seed comes from the task's seed and the sample id, so every
 episode of a group plays the same game, and a resumed run replays the same games.
@@ -28,6 +29,7 @@ Two-player games need an opponent for the other player:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -53,9 +55,12 @@ from src.tasks.task import (
 )
 
 textarena = import_optional("textarena", "textarena")
+logger = logging.getLogger(__name__)
 
 OpponentFunction = Callable[[str], str]
 GAME_ID = -1  # TextArena's sender id of the game's own messages
+# TextArena's reward for a game lost by an invalid move (its states' `set_invalid_move`)
+INVALID_MOVE_REWARD = -1.0
 
 
 class TextArenaTask(Task["TextArenaEpisode"]):
@@ -91,6 +96,7 @@ class TextArenaTask(Task["TextArenaEpisode"]):
                                                 max_new_tokens=opponent_max_new_tokens)
         self.instruction = instruction
         self.num_players = 2 if opponent is not None or opponent_function else 1
+        self.logged_failed_move = False  # the first move the game raised on is logged
         self._check_game()
 
     def _check_game(self) -> None:
@@ -168,7 +174,10 @@ class TextArenaEpisode(EpisodeEnv[TextArenaTask]):
     def _step(self, action: str) -> StepOutcome:
         with self._streams.active():
             errors_before = getattr(self._game.state, "error_count", 0)
-            done, _ = self._game.step(action=action)
+            try:
+                done, _ = self._game.step(action=action)
+            except Exception as error:  # noqa: BLE001 - the game failed on the model's text
+                return self._failed_move(error)
             if not done and getattr(self._game.state, "error_count", 0) > errors_before:
                 self._invalid_moves += 1
         if not done:
@@ -265,6 +274,25 @@ class TextArenaEpisode(EpisodeEnv[TextArenaTask]):
                            metrics=self._metrics(reward, won=won, drawn=drawn, invalid=invalid, ended=True)
                            | {"turn_limit": 0.0},
                            info={"game_end": str(info.get("reason", ""))[:500]})
+
+    def _failed_move(self, error: Exception) -> StepOutcome:
+        """The end of a game whose code raised on the agent's move (GuessTheNumber's int()
+        on a number of 5,000 digits): the move is the model's text, so the game counts as
+        lost by an invalid move, scored, not failed as an error of the environment. The
+        first such failure of a family is logged with its traceback, where a bug of the
+        game itself would show."""
+        family = self.family
+        if not family.logged_failed_move:
+            family.logged_failed_move = True
+            logger.warning("%s raised on an agent's move: the game counts as lost by an "
+                           "invalid move (later ones are only in their episode's info)",
+                           family.env_id, exc_info=True)
+        metrics = self._metrics(INVALID_MOVE_REWARD, won=False, drawn=False, invalid=True,
+                                ended=True)
+        return StepOutcome(observation="", reward=INVALID_MOVE_REWARD, terminated=True,
+                           outcome=Outcome.INCORRECT, metrics=metrics | {"turn_limit": 0.0},
+                           info={"game_end": f"the game failed on the move: "
+                                             f"{type(error).__name__}: {error}"[:500]})
 
     def _metrics(self, reward: float, *, won: bool, drawn: bool, invalid: bool,
                  ended: bool) -> dict[str, float]:

@@ -137,7 +137,7 @@ def _prompted_calls(text: str) -> list[tuple[str | None, dict[str, Any] | str]]:
     for block in _CALL_BLOCK.finditer(text):
         try:
             call = json.loads(block.group(1))
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:  # nested past the reader: not JSON
             calls.append((None, f"the call is not JSON ({error})"))
             continue
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
@@ -153,7 +153,7 @@ def _arguments(value: Any) -> dict[str, Any] | str:
     if isinstance(value, str):
         try:
             value = json.loads(value or "{}")
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:
             return f"the arguments are not JSON ({error})"
     return value if isinstance(value, dict) else "the arguments must be a JSON object"
 

@@ -1,0 +1,352 @@
+"""Online RL: at the end of each batch, turn finished episodes into updates of the LoRA policy.
+
+A thin adapter from episodes to the training core. Reads top to bottom as the algorithm:
+returns -> (KL in reward) -> advantages -> token rows (old, reference and importance
+weights) -> epochs x mini-batches of one optimiser step each (src.training.learner).
+The maths is in src.training (advantages, policy_losses, aggregation, kl, mismatch).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from src.language_models.language_model import TrainableLanguageModel
+from src.maths.groups import group_statistics, zero_spread
+from src.records.episode import Episode
+from src.records.trajectory import Trajectory
+from src.run.callbacks import BatchContext, EpisodeTrainer, TrainingSchedule
+from src.run.protocol import BestRule
+from src.training.advantages import ADVANTAGE_ESTIMATORS, Reinforce, whiten
+from src.training.kl import kl_penalty
+from src.training.kl_control import KLController
+from src.training.learner import Learner
+from src.training.mismatch import MismatchCorrection, effective_sample_size
+from src.training.objectives import PolicyObjective
+from src.training.policy_losses import POLICY_LOSSES, ClipRange
+from src.training.reference_policy import ReferencePolicy
+from src.training.settings import (
+    AdvantageSettings,
+    KLSettings,
+    MismatchSettings,
+    OptimizerSettings,
+    PPOSettings,
+    RewardSettings,
+    TrainerWorkerSettings,
+    loss_aggregation,
+)
+from src.training.sharded_learner import ShardedLearner
+from src.training.token_metrics import TokenMetrics
+from src.training.token_rows import TokenRows
+
+logger = logging.getLogger(__name__)
+
+MAX_POLICY_STALENESS = 0  # the default: only episodes of the current policy
+
+
+class RLTrainingCallback(EpisodeTrainer):
+    """Online RL of the LoRA policy: after each batch, returns (with a KL penalty, if in
+    the reward) -> advantages -> `ppo.epochs` passes over mini-batches, one optimiser step
+    each. Settings come in groups (`advantage`, `ppo`, `kl`, `reward`, `optimizer`,
+    `mismatch`, `trainer_workers`), each a mapping whose unknown keys are errors. The
+    return is the task's reward times `reward.weight`: outcome rewards are the task's.
+    LifelongAgentBench's flat names (`algorithm`, `learning_rate`, ...) are read as these
+    groups' keys where a config is read (src.configuration.flat_names).
+
+    The update scores each batch at the temperature it was sampled with (recorded by the
+    agent), with LoRA dropout off, so that on policy the PPO ratio is 1; it refuses samples
+    drawn greedily or with `top_p` < 1 (their log-probs are renormalised over the nucleus).
+    Episodes whose environment or model failed are left out.
+
+    Metrics: `reward`, `reward_std` (the mean of the groups' stds), `frac_reward_zero_std`,
+    `advantage_abs_mean`, `completions/mean_length`, `completions/clipped_ratio`, `loss`,
+    `grad_norm`, `learning_rate`, `kl`, `kl_coef`, `entropy`, `clip_ratio/*`,
+    `policy_staleness/*`, `mismatch/*`, `policy_version`. Checkpoints go to
+    callback_state/<callback id>/, with best/ as `best_metric` chooses among the figures
+    the loop hands it at each commit.
+
+    Trainer workers (`trainer_workers.count` >= 2): Ray actors that form one torch.distributed
+    group (gloo on CPUs, NCCL on GPUs), shard the model's layers with FSDP and sum their
+    gradients; two give the one-process adapter to 1e-5, and checkpoints keep the
+    one-process format, so a run resumes with any number of workers. They join the Ray
+    cluster already up in the process (a rollout pool's), which must have their CPUs and
+    GPUs free (else the start fails after 10 minutes), or start a local one. They score
+    too (old and reference log-probs); this process's policy takes the adapter back after
+    each step, to sample with it or hand it to a rollout pool, and to save it. When the
+    agent samples from a pool, nothing here needs the base weights: the run builds the
+    policy without them (`base_weights: meta`, src.run.assembly)."""
+
+    def __init__(
+        self,
+        language_model: TrainableLanguageModel,
+        advantage: AdvantageSettings | None = None,
+        ppo: PPOSettings | None = None,
+        kl: KLSettings | None = None,
+        reward: RewardSettings | None = None,
+        optimizer: OptimizerSettings | None = None,
+        mismatch: MismatchSettings | None = None,
+        trainer_workers: TrainerWorkerSettings | None = None,  # count >= 2: FSDP workers
+        # reward: the batch's training reward; or any figure logged at the step, an
+        # evaluation's `selection/success_rate` say: the checkpoint with its highest value,
+        # the earliest among equals, is copied to best/ (None: no best/)
+        best_metric: str | None = "reward",
+        # episodes sampled more than this many updates ago are dropped
+        # (`policy_staleness/dropped`); None keeps all. Use 1 with `rollout.max_staleness: 1`
+        max_policy_staleness: int | None = MAX_POLICY_STALENESS,
+        seed: int = 0,  # seeds the shuffle of episodes into mini-batches
+    ) -> None:
+        self.model = language_model
+        self.advantage_settings = advantage or AdvantageSettings()
+        self.ppo = ppo or PPOSettings()
+        self.kl_settings = kl or KLSettings()
+        self.reward = reward or RewardSettings()
+        self.optimizer_settings = optimizer or OptimizerSettings()
+        self.mismatch = mismatch or MismatchSettings()
+        workers = trainer_workers or TrainerWorkerSettings()
+        self.best_metric = best_metric
+        self.max_policy_staleness = max_policy_staleness
+        self.seed = seed
+
+        settings = self.advantage_settings
+        self.estimator = (Reinforce(settings.reinforce_baseline, settings.baseline_decay)
+                          if settings.estimator == "reinforce"
+                          else ADVANTAGE_ESTIMATORS[settings.estimator]())
+        self.policy_loss = POLICY_LOSSES[self.ppo.loss](ClipRange(
+            self.ppo.clip_ratio_low, self.ppo.clip_ratio_high, self.ppo.dual_clip))
+        self.aggregation = loss_aggregation(self.ppo, settings)
+        self.correction = MismatchCorrection(self.mismatch.correction, self.mismatch.level,
+                                             self.mismatch.threshold)
+        self.kl = KLController(kind=self.kl_settings.controller, beta=self.kl_settings.coef,
+                               target=self.kl_settings.target, horizon=self.kl_settings.horizon)
+        self.reference = ReferencePolicy(language_model, self.kl_settings.reference)
+        # More than one worker: the update and the scoring run in that many FSDP worker
+        # processes (src.training.sharded_learner).
+        self.learner: Learner | ShardedLearner = (
+            Learner(language_model, self.optimizer_settings) if workers.count == 1
+            else ShardedLearner(language_model, self.optimizer_settings, workers.count,
+                                workers.cpus_per_worker, workers.gpus_per_worker))
+
+    @classmethod
+    def adapter_only_models(cls, parameters: Mapping[str, object]) -> frozenset[str]:
+        # trainer workers score and update; this process only takes the adapter back
+        workers = TrainerWorkerSettings.model_validate(parameters.get("trainer_workers") or {})
+        return frozenset({"language_model"}) if workers.count >= 2 else frozenset()
+
+    @classmethod
+    def oldest_trained(cls, parameters: Mapping[str, object]) -> int | None:
+        kept = parameters.get("max_policy_staleness", MAX_POLICY_STALENESS)
+        return kept if kept is None else int(kept)  # type: ignore[call-overload]
+
+    # ---- schedule ------------------------------------------------------------------
+    def prepare(self, schedule: TrainingSchedule) -> None:
+        # optimiser steps per batch: one per mini-batch per epoch (a batch with fewer
+        # episodes takes fewer, and the schedule then stops short of its end)
+        mini_batches = 1
+        if self.ppo.mini_batch_size:
+            mini_batches = math.ceil(schedule.episodes_per_batch / self.ppo.mini_batch_size)
+        self.learner.schedule(schedule.total_batches * self.ppo.epochs * mini_batches)
+
+    # ---- returns -------------------------------------------------------------------
+    def episode_return(self, episode: Episode) -> float:
+        """The task's return: the episode's reward, weighted."""
+        return self.reward.weight * episode.reward
+
+    # ---- the update ----------------------------------------------------------------
+    def train(self, batch: BatchContext) -> dict[str, float]:
+        # an episode whose environment or model failed says nothing about the policy
+        episodes = [e for e in batch.episodes if not e.status.failed
+                    and e.trajectory and e.trajectory.completion_token_count]
+        # Staleness: how many updates the trainer is ahead of the policy that sampled.
+        staleness = [self.model.policy_version - (e.trajectory.policy_version or 0)
+                     for e in episodes]
+        metrics: dict[str, float] = {
+            "policy_staleness/max": float(max(staleness, default=0)),
+            # the histogram: how many of the batch's episodes were s updates old
+            **{f"policy_staleness/episodes_at_{s}": float(staleness.count(s))
+               for s in sorted(set(staleness))},
+            "failed_episodes/dropped": float(sum(e.status.failed for e in batch.episodes))}
+        if self.max_policy_staleness is not None:
+            fresh = [e for e, s in zip(episodes, staleness, strict=True)
+                     if s <= self.max_policy_staleness]
+            metrics["policy_staleness/dropped"] = float(len(episodes) - len(fresh))
+            episodes = fresh
+        if not episodes:
+            return {"skipped_batches": 1.0, **metrics}
+        trajectories = [episode.trajectory for episode in episodes]
+        temperature = self._sampling_temperature(trajectories)
+        rows = self._token_rows(trajectories)
+        task_returns = torch.tensor([self.episode_return(e) for e in episodes],
+                                    dtype=torch.float32)
+        group_keys = sorted({(e.sample.sample_id, e.batch_index) for e in episodes})
+        group_index = {key: i for i, key in enumerate(group_keys)}
+        group_ids = torch.tensor([group_index[(e.sample.sample_id, e.batch_index)]
+                                  for e in episodes])
+
+        token_metrics = TokenMetrics()
+        # With one optimiser step per batch, the trainer's log-probs before it come free
+        # from the update's own forward; otherwise (and for a KL in the reward, which
+        # needs them first) a scoring pass computes them.
+        old_from_forward = (self.mismatch.old_logprobs == "trainer"
+                            and self._one_step_per_batch(len(episodes))
+                            and not self.kl_settings.in_reward)
+        if self.mismatch.old_logprobs == "trainer" and not old_from_forward:
+            rows.old_logprobs = self.learner.score(rows, temperature=temperature)
+            assert rows.sampler_logprobs is not None
+            rows.token_weights = self.correction.apply(
+                rows.old_logprobs, rows.sampler_logprobs, rows.batch.loss_mask, token_metrics)
+
+        returns = task_returns
+        if self.kl.beta > 0 or self.kl_settings.in_reward:
+            rows.ref_logprobs = self.reference.score(self.learner, rows, temperature)
+        if self.kl_settings.in_reward and rows.ref_logprobs is not None:
+            assert rows.old_logprobs is not None
+            per_token = kl_penalty(rows.old_logprobs, rows.ref_logprobs,
+                                   self.kl_settings.estimator) * rows.batch.loss_mask
+            returns = task_returns - self.kl.beta * per_token.sum(-1)
+
+        # Whether a group has spread is a property of the task's returns: a KL penalty in
+        # the reward differs between members by noise alone.
+        no_spread = zero_spread(task_returns, group_ids)
+        rows.advantages = self._advantages(returns, group_ids, no_spread)
+        keep = (~no_spread if self.advantage_settings.zero_std_groups == "drop"
+                else torch.ones(len(episodes), dtype=torch.bool))
+        _, group_std, _, _ = group_statistics(task_returns, group_ids)
+        one_per_group = torch.tensor([int((group_ids == group).nonzero()[0])
+                                      for group in group_ids.unique()])
+        metrics.update({
+            "reward": task_returns.mean().item(),
+            # TRL's meaning: the mean over groups of each group's std
+            "reward_std": group_std[one_per_group].mean().item(),
+            "reward_std/batch": (task_returns.std(unbiased=True).item()
+                                 if len(task_returns) > 1 else 0.0),
+            "frac_reward_zero_std": no_spread.float().mean().item(),
+            "advantage_abs_mean": rows.advantages.abs().mean().item(),
+            "completions/mean_length": rows.batch.loss_mask.sum(-1).mean().item(),
+            "completions/clipped_ratio": float(np.mean([t.truncated for t in trajectories])),
+        })
+        if self.kl_settings.in_reward:
+            metrics["reward/with_kl_penalty"] = returns.mean().item()
+        if keep.any():
+            metrics.update(self._optimise(rows, keep, temperature, trajectories,
+                                          token_metrics, old_from_forward))
+        else:
+            metrics.update(token_metrics.means())
+        metrics.update(effective_sample_size(metrics))
+        self.model.mark_updated()
+        metrics["policy_version"] = float(self.model.policy_version)
+        return metrics
+
+    def _sampling_temperature(self, trajectories: list[Trajectory]) -> float:
+        """The one temperature: the sampler's, recorded with every trajectory. The PPO ratio
+        is 1 on policy only when the trainer scores under the sampling distribution."""
+        temperatures = {t.sampling_temperature for t in trajectories}
+        top_ps = {t.sampling_top_p for t in trajectories}
+        if len(temperatures) != 1:
+            raise ValueError(f"a batch mixes sampling temperatures {sorted(temperatures)}; "
+                             "the trainer must score under the one the sampler used")
+        if top_ps != {1.0}:
+            raise ValueError(
+                f"the agent samples with top_p {sorted(top_ps)}: its recorded log-probs are "
+                "renormalised over the nucleus, so the trainer's ratio against them is not 1 "
+                "on policy; set the agent's top_p to 1.0 for RL training")
+        temperature = temperatures.pop()
+        if temperature <= 0:
+            raise ValueError("greedy (temperature 0) samples cannot be trained on by RL")
+        return temperature
+
+    def _token_rows(self, trajectories: list[Trajectory]) -> TokenRows:
+        """The trajectories' ids and loss masks, with the sampler's log-probs as the PPO
+        ratio's "old" (replaced by the trainer's when mismatch.old_logprobs is trainer)."""
+        masks = [list(t.loss_mask) for t in trajectories]
+        if self.ppo.mask_truncated_completions:
+            masks = [[0] * len(m) if t.truncated else m
+                     for t, m in zip(trajectories, masks, strict=True)]
+        rows = TokenRows.from_sequences([t.token_ids for t in trajectories], masks,
+                                        pad_id=self.model.pad_id)
+        sampler = torch.zeros_like(rows.batch.loss_mask)
+        for row, trajectory in enumerate(trajectories):
+            sampler[row, : len(trajectory.sampling_logprobs)] = torch.tensor(
+                trajectory.sampling_logprobs)
+        rows.sampler_logprobs = sampler
+        rows.old_logprobs = sampler
+        return rows
+
+    def _advantages(self, returns: torch.Tensor, group_ids: torch.Tensor,
+                    no_spread: torch.Tensor) -> torch.Tensor:
+        settings = self.advantage_settings
+        advantage = self.estimator(returns, group_ids)
+        if settings.whiten:
+            advantage = whiten(advantage)
+        if settings.clip is not None:
+            advantage = advantage.clamp(-settings.clip, settings.clip)
+        if self.estimator.group_relative:  # after whitening too: no spread, no signal
+            advantage = torch.where(no_spread, torch.zeros_like(advantage), advantage)
+        return advantage
+
+    def _norm_length(self, trajectories: list[Trajectory]) -> int | None:
+        """Dr. GRPO's constant: the generation budget (max_new_tokens per sampled turn)."""
+        if self.ppo.norm_length is not None:
+            return self.ppo.norm_length
+        budgets = [t.generation_budget for t in trajectories]
+        return None if None in budgets else max(budgets)  # type: ignore[type-var]
+
+    def _one_step_per_batch(self, episodes: int) -> bool:
+        return self.ppo.epochs == 1 and (self.ppo.mini_batch_size is None
+                                         or self.ppo.mini_batch_size >= episodes)
+
+    def _optimise(self, rows: TokenRows, keep: torch.Tensor, temperature: float,
+                  trajectories: list[Trajectory], token_metrics: TokenMetrics,
+                  old_from_forward: bool) -> dict[str, float]:
+        indices = keep.nonzero().squeeze(-1).tolist()
+        mini_size = self.ppo.mini_batch_size or len(indices)
+        shuffle = random.Random(f"{self.seed}-{self.learner.step}")
+        objective = PolicyObjective(
+            self.policy_loss, self.aggregation, self._norm_length(trajectories),
+            kl_coef=0.0 if self.kl_settings.in_reward else self.kl.beta,
+            kl_estimator=self.kl_settings.estimator, entropy_coeff=self.ppo.entropy_coeff,
+            measure_drift=self.mismatch.old_logprobs == "sampler",
+            old_from_forward=self.correction if old_from_forward else None)
+        losses, norms = [], []
+        for _ in range(self.ppo.epochs):
+            order = list(indices)
+            if self.ppo.epochs > 1 or mini_size < len(indices):
+                shuffle.shuffle(order)
+            for start in range(0, len(order), mini_size):
+                step = self.learner.update(rows, order[start:start + mini_size], objective,
+                                           token_metrics, temperature)
+                objective.measure_drift = False  # only before the batch's first step
+                losses.append(step.loss)
+                norms.append(step.grad_norm)
+        metrics = token_metrics.means()
+        metrics.update({"loss": float(np.mean(losses)), "grad_norm": float(np.mean(norms)),
+                        "learning_rate": self.learner.learning_rate,
+                        "kl_coef": self.kl.beta})
+        if "kl" in metrics:
+            self.kl.update(metrics["kl"], n_steps=len(indices))
+        return metrics
+
+    # ---- state ---------------------------------------------------------------------
+    @property
+    def best_rule(self) -> BestRule | None:
+        return BestRule(self.best_metric) if self.best_metric else None
+
+    def save_state(self, directory: Path) -> None:
+        self.learner.save(directory, {
+            "kl_coef": self.kl.beta,
+            "running_baseline": self.estimator.state_dict().get("running_mean"),
+        })
+
+    def close(self) -> None:
+        if isinstance(self.learner, ShardedLearner):
+            self.learner.close()
+
+    def restore_state(self, directory: Path) -> None:
+        state = self.learner.restore(directory)
+        self.kl.beta = state["kl_coef"]
+        self.estimator.load_state_dict({"running_mean": state["running_baseline"]})

@@ -1,0 +1,445 @@
+"""The output folder of a run: where it is, what it has committed, whether it may resume."""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import json
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from src.configuration.assignment import RESUME_SAFE_KEYS
+from src.configuration.errors import ConfigError
+from src.configuration.flat_names import translate_flat_names
+from src.configuration.yaml_source import YamlSource
+from src.storage.checkpoint_store import CheckpointStore, check_checkpoint
+from src.storage.files import (
+    DamagedRunFolder,
+    atomic_write_json,
+    atomic_write_text,
+    probe_writable,
+    read_json,
+    remove_stale_temporaries,
+    storage_os_error,
+)
+from src.storage.run_layout import (
+    CONFIG_FILE,
+    METRICS_LOG,
+    RUNS_LOG,
+    STATE_FILE,
+    SUMMARY_FILE,
+)
+
+TIMESTAMP = "{TIMESTAMP}"
+TASK_STATE = "task_state"
+AGENT_STATE = "agent_state"
+TRAINING_STATE = "training_state"  # a supervised or offline trainer's store
+NEW_RUN = f"start a new run (--new_run with {TIMESTAMP} in output_dir, or another output_dir)"
+
+
+class RunState(BaseModel):
+    """The commit point: everything after these offsets belongs to an unfinished batch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    completed_batches: int = 0
+    runs_bytes: int = 0
+    metrics_bytes: int = 0
+    finished: bool = False
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return flat or {prefix: {}}
+    return {prefix: value}
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Dotted keys whose values differ, ignoring keys that do not change results."""
+    flat_old, flat_new = _flatten(old), _flatten(new)
+    return sorted(key for key in flat_old.keys() | flat_new.keys()
+                  if not _resume_safe(key) and flat_old.get(key) != flat_new.get(key))
+
+
+def _resume_safe(key: str) -> bool:
+    return any(key == safe or key.startswith(f"{safe}.") for safe in RESUME_SAFE_KEYS)
+
+
+class RunDirectory:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.callback_state = path / "callback_state"
+
+    @classmethod
+    def resolve(cls, pattern: str, config: BaseModel, fresh: bool = False) -> RunDirectory:
+        """A concrete folder for `pattern`.
+
+        With `{TIMESTAMP}` in the pattern, the newest unfinished run of the same config
+        is resumed (so re-running the same command continues it); otherwise, or with
+        `fresh`, a new timestamped folder is made.
+        """
+        if TIMESTAMP not in pattern:
+            return cls(Path(pattern))
+        if not fresh:
+            dump = config.model_dump(mode="json")
+            candidates = sorted(glob.glob(glob.escape(pattern).replace(
+                glob.escape(TIMESTAMP), "*")), reverse=True)
+            for candidate in candidates:
+                run = cls(Path(candidate))
+                state = run.read_state()
+                if state and not state.finished and not config_changes(run.stored_config(), dump):
+                    return run
+        stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H-%M-%S")
+        return cls(Path(pattern.replace(TIMESTAMP, stamp)))
+
+    def read_state(self) -> RunState | None:
+        """The commit point (None where no run was started here)."""
+        path = self.path / STATE_FILE
+        if not path.is_file():
+            return None
+        advice = ("It is the run's commit point (the last committed step and the logs' byte "
+                  "offsets), which the run only ever replaces whole: put it back from a copy "
+                  f"of the run folder, or {NEW_RUN}.")
+        try:
+            return RunState.model_validate(read_json(path))
+        except DamagedRunFolder as error:
+            raise DamagedRunFolder(f"{error}. {advice}") from error
+        except ValidationError as error:
+            first = error.errors()[0]
+            key = ".".join(str(part) for part in first["loc"]) or "(top level)"
+            raise DamagedRunFolder(f"{path}: key '{key}': {first['msg']}. {advice}") from error
+
+    def write_state(self, state: RunState) -> None:
+        atomic_write_json(self.path / STATE_FILE, state.model_dump())
+
+    def stored_config(self) -> dict[str, Any]:
+        """The resolved config the run was started with ({} where no run was started), in
+        the grouped spelling (a run started before kept LifelongAgentBench's flat names)."""
+        path = self.path / CONFIG_FILE
+        if path.is_file():
+            stored = _read_stored_config(path)
+            translate_flat_names(stored, path)
+            return stored
+        if (self.path / STATE_FILE).is_file():
+            raise DamagedRunFolder(
+                f"{path} is missing, but {self.path / STATE_FILE} says a run was started "
+                "here: it is the resolved config the run was started with, which a resume "
+                f"is checked against. Put it back from a copy of the run folder, or {NEW_RUN}.")
+        return {}
+
+    def start(self, config: BaseModel, config_path: Path) -> RunState:
+        """Create the folder, or check that a resumed run still has the same config."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.path)
+        dump = config.model_dump(mode="json")
+        state = self.read_state()
+        if state is not None:
+            changes = config_changes(self.stored_config(), dump)
+            if changes:
+                raise ConfigError(
+                    f"{self.path} holds a run with a different config; changed: "
+                    f"{', '.join(changes)}. Restore those keys to resume, or choose a new "
+                    "output_dir.", file=str(config_path), key=changes[0])
+            if not state.finished:
+                self.check_committed_logs(state)
+                state = self.check_checkpoints(state)
+            return state
+        atomic_write_text(self.path / CONFIG_FILE, yaml.safe_dump(dump, sort_keys=False))
+        state = RunState()
+        self.write_state(state)
+        return state
+
+    def check_committed_logs(self, state: RunState) -> None:
+        """Refuse to resume when a log holds fewer bytes than the commit point recorded
+        (restored from an older copy, cut by hand): the rows of committed batches are
+        gone, and cutting the log "back" would pad it with NUL bytes. Checked before any
+        weights load; the logs are left as they are."""
+        for name, committed in ((RUNS_LOG, state.runs_bytes),
+                                (METRICS_LOG, state.metrics_bytes)):
+            path = self.path / name
+            size = path.stat().st_size if path.is_file() else 0
+            if size < committed:
+                raise DamagedRunFolder(
+                    f"{path} holds {size} bytes, but {self.path / STATE_FILE} committed "
+                    f"{committed} of it (completed_batches {state.completed_batches}): rows "
+                    "of committed batches are missing, so the run cannot resume. Restore "
+                    f"the file as it was and run the same command again, or {NEW_RUN}.")
+
+    def stores(self) -> list[CheckpointStore]:
+        """Every checkpoint store the run has: each callback's, the task's, the agent's, a
+        supervised or offline trainer's."""
+        roots = (sorted(folder for folder in self.callback_state.iterdir() if folder.is_dir())
+                 if self.callback_state.is_dir() else [])
+        roots += [self.path / name for name in (TASK_STATE, AGENT_STATE, TRAINING_STATE)
+                  if (self.path / name).is_dir()]
+        return [CheckpointStore(root) for root in roots]
+
+    def check_checkpoints(self, state: RunState) -> RunState:
+        """The state to resume from, checked before anything loads from it.
+
+        Each store's committed checkpoint is checked (`check_checkpoint`); a damaged one is
+        refused, naming the file, the earlier checkpoints kept and how to resume from one:
+        remove the damaged folder. A committed checkpoint missing from a store (removed so)
+        takes the run back to the newest step every store still holds, or to the start:
+        run_state.json is rewritten with that step and the logs' offsets at its commit,
+        and the steps after it are redone."""
+        committed = state.completed_batches
+        stores = self.stores()
+        if committed == 0 or not stores:
+            return state
+        missing = [store.path(committed) for store in stores
+                   if not store.path(committed).is_dir()]
+        step = _newest_common_step(stores, committed) if missing else committed
+        for store in stores if step else []:
+            try:
+                check_checkpoint(store.path(step))
+            except DamagedRunFolder as error:
+                raise DamagedRunFolder(_damaged_checkpoint(error, store, step, stores)
+                                       ) from error
+        if not missing:
+            return state
+        earlier = RunState(
+            completed_batches=step,
+            runs_bytes=self._log_bytes_through(RUNS_LOG, state.runs_bytes, step,
+                                               lambda row: row["batch_index"] + 1),
+            metrics_bytes=self._log_bytes_through(METRICS_LOG, state.metrics_bytes, step,
+                                                  lambda row: row["step"]))
+        self.write_state(earlier)
+        print(f"{missing[0]} is missing: resuming from "
+              f"{stores[0].path(step).name if step else 'the start'} (step {step}, the "
+              "newest every checkpoint store holds); the steps after it are redone")
+        return earlier
+
+    def _log_bytes_through(self, name: str, committed: int, step: int,
+                           step_of: Callable[[dict[str, Any]], int]) -> int:
+        """How many of the first `committed` bytes of log `name` hold rows of steps up to
+        `step` (each log's rows come in step order)."""
+        path = self.path / name
+        size = 0
+        if committed == 0:
+            return size
+        with path.open("rb") as stream:
+            for number, line in enumerate(stream, start=1):
+                try:
+                    row_step = step_of(json.loads(line))
+                except (ValueError, KeyError, TypeError) as error:
+                    raise DamagedRunFolder(f"{path}:{number}: not a row the run wrote "
+                                           f"({error}); {NEW_RUN}") from error
+                if size + len(line) > committed or row_step > step:
+                    break
+                size += len(line)
+        return size
+
+    def callback_store(self, callback_id: str) -> CheckpointStore:
+        """callback_state/<callback_id>/: that callback's checkpoints and best/."""
+        return CheckpointStore(self.callback_state / callback_id)
+
+    def task_store(self) -> CheckpointStore:
+        """task_state/: the task family's state (e.g. the econ few-shot memory)."""
+        return CheckpointStore(self.path / TASK_STATE)
+
+    def agent_store(self) -> CheckpointStore:
+        """agent_state/: the agent's state, for agents that keep one (a replay memory)."""
+        return CheckpointStore(self.path / AGENT_STATE)
+
+    def announce(self, state: RunState, unit: str) -> bool:
+        """Print where the run stands (`unit`: what `completed_batches` counts); False when
+        it has already finished and there is nothing to do."""
+        if state.finished:
+            print(f"{self.path} is already finished; summary in {self.path / SUMMARY_FILE}")
+            return False
+        print(f"output_dir: {self.path}" + (f" (resuming after {unit} {state.completed_batches})"
+                                           if state.completed_batches else ""))
+        return True
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        atomic_write_text(self.path / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+
+
+def _read_stored_config(path: Path) -> dict[str, Any]:
+    """A run folder's config.yaml, which the run wrote as plain YAML: a tag (which could
+    ask a loader to build objects) means someone else wrote it, and is refused."""
+    advice = f"Put back the file the run wrote from a copy of the run folder, or {NEW_RUN}."
+    try:
+        text = path.read_text(encoding="utf-8")
+        for token in yaml.scan(text):
+            if isinstance(token, yaml.TagToken):
+                handle, suffix = token.value
+                raise DamagedRunFolder(
+                    f"{path}:{token.start_mark.line + 1}: a YAML tag ({handle or ''}{suffix}), "
+                    f"which the plain YAML a run writes never holds. {advice}")
+        data = yaml.safe_load(text)
+    except UnicodeDecodeError as error:
+        raise DamagedRunFolder(f"{path}: not UTF-8 text (at byte {error.start}). {advice}"
+                               ) from error
+    except yaml.YAMLError as error:
+        raise DamagedRunFolder(f"{path}: not YAML ({error}). {advice}") from error
+    if not isinstance(data, dict):
+        raise DamagedRunFolder(f"{path}: holds no mapping of settings. {advice}")
+    return data
+
+
+def _newest_common_step(stores: list[CheckpointStore], at_most: int) -> int:
+    """The newest step up to `at_most` whose checkpoint every store holds (0: none)."""
+    common = set.intersection(*(set(store.steps()) for store in stores))
+    return max((step for step in common if step <= at_most), default=0)
+
+
+def _damaged_checkpoint(error: DamagedRunFolder, store: CheckpointStore, step: int,
+                        stores: list[CheckpointStore]) -> str:
+    folder = store.path(step)
+    kept = [store.path(earlier).name for earlier in store.steps() if earlier < step]
+    back_to = _newest_common_step(stores, step - 1)
+    return (f"{error}: the checkpoint {folder} cannot be resumed from. "
+            + (f"The earlier checkpoints kept in {store.root} are {', '.join(kept)}. "
+               if kept else f"{store.root} keeps no earlier checkpoint. ")
+            + f"To resume from {store.path(back_to).name if back_to else 'the start'}, "
+            f"remove {folder} and run the same command again: the logs are cut back to that "
+            "step and the steps after it are redone (remove more checkpoints to go further "
+            "back). Or put the file back from a copy of the run folder.")
+
+
+class StorageFailure(Exception):
+    """A write into the run folder failed for want of space or permission. What the run had
+    committed is untouched; the message says where it stands and how to resume."""
+
+
+def _describe_storage_failure(folder: Path, cause: OSError) -> str:
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    free_mib = shutil.disk_usage(existing).free / (1 << 20)
+    where = cause.filename or existing
+    state = RunDirectory(folder).read_state() if (folder / STATE_FILE).is_file() else None
+    if state is None:
+        committed = "nothing had been committed yet"
+    else:
+        committed = (f"the last committed state is kept ({folder / STATE_FILE}: "
+                     f"completed_batches {state.completed_batches})")
+    return (f"cannot write {where}: {cause.strerror} ({free_mib:.1f} MiB free on its file "
+            f"system); {committed}. Free space or make the folder writable, then run the "
+            "same command again to resume.")
+
+
+@contextmanager
+def storage_guard(folder: Path) -> Iterator[None]:
+    """Turn a failed write into `StorageFailure` when the storage refused it: an OSError
+    such as ENOSPC or EROFS behind the error, or (when a library hid the cause) a folder
+    that fails a write probe. Any other error passes through unchanged."""
+    try:
+        yield
+    except StorageFailure:
+        raise
+    except Exception as error:
+        cause = storage_os_error(error, folder) or probe_writable(folder)
+        if cause is None:
+            raise
+        raise StorageFailure(_describe_storage_failure(folder, cause)) from error
+
+
+Config = TypeVar("Config", bound=BaseModel)
+
+
+class Plan(Protocol):
+    def describe(self) -> str: ...
+
+
+P = TypeVar("P", bound=Plan)
+
+
+def keyed_config(source: YamlSource, key: str, load: Callable[[YamlSource], Config],
+                 plan: Callable[[Config, YamlSource], P], output_dir: str | None
+                 ) -> Callable[[], tuple[Config, P, str]]:
+    """`start_run`'s `prepare` for a file whose one top-level section `key` holds an
+    `output_dir` (which the command line's `output_dir` overrides)."""
+
+    def prepare() -> tuple[Config, P, str]:
+        config = load(source)
+        section = getattr(config, key)
+        if output_dir is not None:
+            section = section.model_copy(update={"output_dir": output_dir})
+            config = config.model_copy(update={key: section})
+        return config, plan(config, source), section.output_dir
+
+    return prepare
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What the command line asks of any pipeline's run."""
+
+    output_dir: str | None = None  # overrides the config's ({TIMESTAMP} allowed)
+    dry_run: bool = False  # validate and print the plan; load no weights
+    new_run: bool = False  # with {TIMESTAMP} in output_dir: start fresh, do not resume
+    show_progress: bool = True
+
+
+@dataclass(frozen=True)
+class Started(Generic[P]):
+    """A run to train: its folder, the state it resumes from and its plan."""
+
+    run: RunDirectory
+    state: RunState
+    plan: P
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """Nothing to train: 0 after a dry run or for a finished run, 2 for a config error."""
+
+    exit_status: int
+
+
+def start_run(prepare: Callable[[], tuple[BaseModel, P, str]], config_path: Path,
+              options: RunOptions, unit: str) -> Started[P] | Stopped:
+    """The start-up every pipeline shares. `prepare` loads and checks the config and
+    returns it with its plan and output_dir pattern. A config error is printed with file,
+    line and key; a damaged run folder raises DamagedRunFolder, before any weights load."""
+    try:
+        config, plan, output_dir = prepare()
+        if options.dry_run:
+            print(plan.describe())
+            print("dry run: the config is valid")
+            return Stopped(0)
+        run = RunDirectory.resolve(output_dir, config, fresh=options.new_run)
+        with storage_guard(run.path):
+            state = run.start(config, config_path)
+    except ConfigError as error:
+        print(f"config error: {error}", file=sys.stderr)
+        return Stopped(2)
+    if not run.announce(state, unit):
+        return Stopped(0)
+    return Started(run, state, plan)
+
+
+LATEST = "{LATEST}"
+
+
+class RunNotFound(ValueError):
+    """No finished run matches a `{LATEST}` path."""
+
+
+def resolve_latest(path: str) -> Path:
+    """`path` itself, or with `{LATEST}` standing for a run folder: the newest finished run
+    (folders are named by start time, so the name orders them) that holds the file."""
+    if LATEST not in path:
+        return Path(path)
+    prefix, suffix = path.split(LATEST, 1)
+    for folder in sorted(glob.glob(glob.escape(prefix) + "*"), reverse=True):
+        state = RunDirectory(Path(folder)).read_state()
+        candidate = Path(folder + suffix)
+        if state is not None and state.finished and candidate.is_file():
+            return candidate
+    raise RunNotFound(f"no finished run matches {path}: run the experiment that writes it "
+                      "first, or name a run folder instead of {LATEST}")

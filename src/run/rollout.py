@@ -1,0 +1,202 @@
+"""Lockstep rollout: many episodes stepped together, so each agent turn is one batched call."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from typing import Any, TypeVar
+
+from src.agents.agent import Agent, AgentReply
+from src.configuration.assignment import FaultPolicy
+from src.records.chat import Role
+from src.records.episode import Episode, EpisodeStatus, Sample
+from src.run.callbacks import Callback
+from src.run.worker_thread import WorkerThread
+from src.tasks.task import Task
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class _EnvironmentThread:
+    """The thread an episode's environment runs in, each call bounded by `timeout_s`.
+
+    One thread for all of an episode's calls (reset, steps, close), since resources such as
+    a SQLite connection belong to the thread that opened them. A call past the bound raises
+    TimeoutError and leaves the thread behind (a daemon: it never holds up the exit).
+    Without a bound, calls run in the caller's thread.
+    """
+
+    def __init__(self, name: str, timeout_s: float | None) -> None:
+        self.timeout_s = timeout_s
+        self.stuck = False
+        self._worker = WorkerThread(name) if timeout_s is not None else None
+
+    def call(self, function: Callable[[], T]) -> T:
+        if self._worker is None:
+            return function()
+        try:
+            return self._worker.submit(function).result(timeout=self.timeout_s)
+        except FutureTimeoutError:
+            self.stuck = True
+            raise TimeoutError(f"the environment ran past step_timeout_s={self.timeout_s}"
+                               ) from None
+
+    def stop(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+
+
+def episode_seed(random_seed: int, batch_index: int, slot: int) -> int:
+    """The seed of the episode in `slot` of batch `batch_index` (an evaluation at step N
+    uses batch index -1 - N), so that a redone batch draws the same episodes."""
+    return (random_seed * 1_000_003 + batch_index * 10_007 + slot) % (2**31)
+
+
+def roll_out_seeded(samples: Sequence[tuple[Sample, int]], task: Task[Any], agent: Agent,
+                    batch_index: int, random_seed: int, faults: FaultPolicy,
+                    callbacks: Sequence[Callback] = (), first_slot: int = 0) -> list[Episode]:
+    """`roll_out_lockstep` of (sample, group_index) pairs, each episode seeded by its slot."""
+    seeds = [episode_seed(random_seed, batch_index, slot)
+             for slot in range(first_slot, first_slot + len(samples))]
+    return roll_out_lockstep(samples, task, agent, batch_index, seeds, callbacks, faults)
+
+
+def roll_out_lockstep(samples: Sequence[tuple[Sample, int]], task: Task[Any], agent: Agent,
+                      batch_index: int, seeds: Sequence[int],
+                      callbacks: Sequence[Callback] = (),
+                      faults: FaultPolicy | None = None) -> list[Episode]:
+    """Run one episode per (sample, group_index), each in a new episode environment of
+    `task`, until all have ended; environments are reset in the order of `samples`.
+
+    Every round, the agent answers all running episodes in one call; finished episodes
+    drop out while the others go on. At the end each group (episodes of one sample) gets
+    its group-wise scores from the family, and every environment is closed. An
+    environment that raises or overruns `faults.step_timeout_s` ends its episode as
+    `task_error`; a model call that still raises after `faults.model_retries` retries ends
+    the episodes it served as `agent_error`.
+    """
+    faults = faults or FaultPolicy()
+    episodes: list[Episode] = []
+    threads: list[_EnvironmentThread] = []
+    try:
+        for (sample, group_index), seed in zip(samples, seeds, strict=True):
+            environment = task.new_episode()
+            thread = _EnvironmentThread(f"episode-{sample.sample_id}-{group_index}",
+                                        faults.step_timeout_s)
+            episode = Episode(sample=sample, group_index=group_index, batch_index=batch_index,
+                              task=environment)
+            # before reset: closed even if the reset fails
+            episodes.append(episode)
+            threads.append(thread)
+            for callback in callbacks:
+                callback.on_session_created(episode)
+            try:
+                observation, info = thread.call(functools.partial(
+                    environment.reset, seed=seed, options={"sample": sample}))
+            except Exception:  # a broken data row: this episode fails, the batch goes on
+                _record_failure(episode, EpisodeStatus.TASK_ERROR, "reset")
+                for callback in callbacks:
+                    callback.on_task_complete(episode)
+                continue
+            episode.add_message(Role.USER, observation)
+            episode.info.update(info)
+            agent.start_episode(episode)
+            for callback in callbacks:
+                callback.on_task_reset(episode)
+
+        thread_of = {id(episode): thread for episode, thread in zip(episodes, threads,
+                                                                     strict=True)}
+        while running := [episode for episode in episodes if episode.running]:
+            replies = _act(agent, running, faults.model_retries)
+            if replies is not None:
+                for callback in callbacks:
+                    callback.on_agent_inference(running)
+            for index, episode in enumerate(running):
+                if replies is None:
+                    pass  # _act ended them
+                elif replies[index].content is None:
+                    episode.status = replies[index].status or EpisodeStatus.AGENT_CONTEXT_LIMIT
+                else:
+                    _interact(episode, replies[index].content, thread_of[id(episode)],
+                              callbacks)
+                if not episode.running:
+                    for callback in callbacks:
+                        callback.on_task_complete(episode)
+        groups: dict[str, list[Episode]] = {}
+        for episode in episodes:
+            groups.setdefault(episode.sample.sample_id, []).append(episode)
+        for group in groups.values():
+            # a failed episode has no outcome to score
+            scored = [episode for episode in group if not episode.status.failed]
+            if scored:
+                for episode, score in zip(scored, task.score_group(scored), strict=True):
+                    episode.reward = score.reward
+                    episode.metrics.update(score.metrics)
+                    episode.info.update(score.info)
+    finally:
+        for episode, thread in zip(episodes, threads, strict=True):
+            _close(episode, thread)
+    return episodes
+
+
+def _act(agent: Agent, running: list[Episode], retries: int) -> list[AgentReply] | None:
+    """The agent's replies, the call made again up to `retries` times if it raises; None
+    once every try failed, with the running episodes ended as `agent_error`."""
+    for attempt in range(retries + 1):
+        try:
+            return agent.act(running)
+        except Exception:
+            logger.exception("model call for %d episodes failed (try %d of %d)",
+                             len(running), attempt + 1, retries + 1)
+            if attempt == retries:
+                for episode in running:
+                    _record_failure(episode, EpisodeStatus.AGENT_ERROR, "model call")
+    return None
+
+
+def _interact(episode: Episode, reply: str, thread: _EnvironmentThread,
+              callbacks: Sequence[Callback]) -> None:
+    episode.add_message(Role.AGENT, reply)
+    episode.turns += 1
+    try:
+        observation, reward, terminated, truncated, info = thread.call(
+            functools.partial(episode.task.step, reply))
+    except Exception:  # the environment failed, not the model: keep the run alive
+        _record_failure(episode, EpisodeStatus.TASK_ERROR, "step")
+        return
+    episode.reward += reward
+    episode.status = info["status"]
+    episode.outcome = info["outcome"]
+    episode.metrics.update(info["metrics"])
+    episode.info.update(info["extras"])
+    if episode.running:
+        episode.add_message(Role.USER, observation)
+    for callback in callbacks:
+        callback.on_task_interact(episode)
+
+
+def _close(episode: Episode, thread: _EnvironmentThread) -> None:
+    """Release the episode's resources in its thread; one that cannot close (its thread
+    is stuck, or close raises) is logged and left, so that the others still close."""
+    if thread.stuck:
+        logger.warning("episode %s/%d left open: its environment is stuck",
+                       episode.sample.sample_id, episode.group_index)
+    else:
+        try:
+            thread.call(episode.task.close)
+        except Exception:
+            logger.exception("closing the environment of sample %s failed",
+                             episode.sample.sample_id)
+    thread.stop()
+
+
+def _record_failure(episode: Episode, status: EpisodeStatus, stage: str) -> None:
+    """End `episode` with a failure `status` raised in `stage` (reset, step, model call);
+    call from the `except` block that caught it. The reason goes in its `error`."""
+    logger.exception("%s in %s of sample %s", status.value, stage, episode.sample.sample_id)
+    episode.status = status
+    episode.error = f"{stage}: {traceback.format_exc(limit=3)}"

@@ -27,7 +27,6 @@ from src.storage.run_layout import METRICS_LOG
 CHAT_CHARACTERS = 16_000  # a table's chat text is cut to this: trackers hold tables whole
 
 
-
 def episode_statistics(records: Sequence[EpisodeRecord], prefix: str = "") -> dict[str, float]:
     """Mean reward, success rate, status shares and lengths over some episodes."""
     if not records:

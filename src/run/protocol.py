@@ -18,7 +18,6 @@ restore finishes a copy a kill interrupted.
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 from collections.abc import Mapping
@@ -174,9 +173,9 @@ def _promote_best(store: CheckpointStore, step: int) -> None:
     mark = store.path(step) / BEST_MARK
     if not mark.is_file():
         return
-    record = json.loads(mark.read_text(encoding="utf-8"))
+    record = read_json(mark)
     current = store.root / BEST / BEST_MARK
-    if current.is_file() and json.loads(current.read_text(encoding="utf-8")) == record:
+    if current.is_file() and read_json(current) == record:
         return
     with atomic_directory(store.root / BEST) as best:
         shutil.copytree(store.path(step) / ADAPTER, best / ADAPTER)

@@ -239,6 +239,16 @@ class SandboxBackend(ABC):
             taken.append(tuple(row))
         return Fetched(rows=taken)
 
+    def _execute_on_cursor(self, statement: str) -> Fetched:
+        """The statement run on a plain DB-API cursor of the model's connection, its rows
+        read within the fetch bounds."""
+        cursor = self.raw.cursor()
+        try:
+            cursor.execute(statement)
+            return self._cursor_result(cursor)
+        finally:
+            cursor.close()
+
     def _cursor_result(self, cursor: Any) -> Fetched:
         """A DB-API cursor's result after execute(), read a row at a time: a row may be big."""
         if cursor.description is None:
@@ -284,12 +294,7 @@ class SqliteBackend(SandboxBackend):
             self._deadline = math.inf
 
     def _execute(self, statement: str) -> Fetched:
-        cursor = self.raw.cursor()
-        try:
-            cursor.execute(statement)
-            return self._cursor_result(cursor)
-        finally:
-            cursor.close()
+        return self._execute_on_cursor(statement)
 
     def _shape_query(self, name: str) -> tuple[str, Sequence[Any]]:
         # The CREATE text, which ALTER TABLE keeps up to date, says which columns it has.
@@ -543,23 +548,15 @@ class PostgresBackend(_ServerBackend):
     def _execute(self, statement: str) -> Fetched:
         columns = self._columns(statement)
         if statement.split(None, 1)[0].upper() == "EXPLAIN":
-            return self._unbounded(statement)  # a plan, as long as the statement's own text
+            return self._execute_on_cursor(statement)  # a plan, as long as the statement's own text
         bounded = self._bounded(statement, columns)
         error = self._prepare(bounded)
         if error is None:
             return self._stream(bounded)
         if not columns:  # DDL, DML without RETURNING, SELECT INTO: no rows to read
-            return self._unbounded(statement)
+            return self._execute_on_cursor(statement)
         raise StatementFailed(f"{error.diag.message_primary} (the sandbox reads a result "
                               f"through a WITH query, where this statement cannot stand)")
-
-    def _unbounded(self, statement: str) -> Fetched:
-        cursor = self.raw.cursor()
-        try:
-            cursor.execute(statement)
-            return self._cursor_result(cursor)
-        finally:
-            cursor.close()
 
     def _stream(self, bounded: str) -> Fetched:
         import psycopg  # the postgres extra's driver, present here

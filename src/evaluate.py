@@ -9,6 +9,11 @@ state set; dotted keys reach nested ones), `--split`, `--max_samples` and `--tem
 the evaluation. Writes TARGET_DIR/config.yaml (what was evaluated),
 TARGET_DIR/evaluation/[SPLIT/]step-N.jsonl and TARGET_DIR/metrics.jsonl, and prints the
 figures with 95% Wilson intervals.
+
+A run folder may come from anyone, so the command imports no code from a run folder: a
+module path in its config.yaml (a component's `module`, an agent or reward function) that
+resolves to a file inside a run folder, or outside the project and the installed
+packages, is refused before it runs (exit status 2).
 """
 
 from __future__ import annotations
@@ -23,14 +28,14 @@ from typing import Any
 import yaml
 
 from src.configuration.errors import ConfigError
+from src.configuration.import_guard import RefusedImport, confined_imports
 from src.export.checkpoint_export import ExportError, find_adapter
 from src.language_models.language_model import LanguageModel
 from src.report.run_end import evaluation_line
 from src.run.folder import RunDirectory
 from src.run.pipeline import pipeline_of
-from src.run.protocol import BEST, BEST_MARK
 from src.run_experiment import PIPELINES
-from src.storage.checkpoint_store import CheckpointStore, check_checkpoint
+from src.storage.checkpoint_store import BEST, CheckpointStore, check_checkpoint, marked_step
 from src.storage.files import DamagedRunFolder, atomic_write_json, atomic_write_text, read_json
 from src.storage.run_layout import CONFIG_FILE, EVALUATION_PREFIXES, METRICS_LOG, STATE_FILE
 from src.training.training_state import TRAINING_STEP
@@ -93,10 +98,8 @@ def checkpoint_step(output_dir: Path, checkpoint: str, callback: str | None
         return 0, None, 0
     found = find_adapter(output_dir, checkpoint, callback)
     if found.checkpoint == BEST:
-        mark = read_json(found.store / BEST / BEST_MARK)
-        step = int(mark.get("step", mark.get("epoch", -1)))
-        if step < 0:
-            raise ExportError(f"{found.store / BEST / BEST_MARK} names no step")
+        store = CheckpointStore(found.store)
+        step = marked_step(store.best_record(), store.best_mark)
     else:
         step = int(found.checkpoint)
     # best/ holds its step's record since best/ keeps it; before, only the step's own folder
@@ -113,7 +116,17 @@ def checkpoint_step(output_dir: Path, checkpoint: str, callback: str | None
 def evaluate(output_dir: Path, target_dir: Path, checkpoint: str = "best",
              callback: str | None = None, task_changes: Sequence[str] = (),
              evaluation_changes: dict[str, Any] | None = None) -> dict[str, float]:
-    """Evaluate `checkpoint` of the run in `output_dir` into `target_dir`; its figures."""
+    """Evaluate `checkpoint` of the run in `output_dir` into `target_dir`; its figures.
+    Code the run's config names is imported only from the project and the installed
+    packages, never from a run folder (RefusedImport)."""
+    with confined_imports([output_dir, target_dir], STATE_FILE):
+        return _evaluate(output_dir, target_dir, checkpoint, callback, task_changes,
+                         evaluation_changes)
+
+
+def _evaluate(output_dir: Path, target_dir: Path, checkpoint: str, callback: str | None,
+              task_changes: Sequence[str], evaluation_changes: dict[str, Any] | None
+              ) -> dict[str, float]:
     run_config = RunDirectory(output_dir).stored_config()
     if not run_config:
         raise ConfigError(f"{output_dir} is not a run folder (no {CONFIG_FILE})")
@@ -128,7 +141,7 @@ def evaluate(output_dir: Path, target_dir: Path, checkpoint: str = "best",
     models: dict[str, LanguageModel] = {}
     try:
         built = PIPELINES[kind].build_for_evaluation(config_path, models)
-    except (ValueError, TypeError, OSError) as error:
+    except (ValueError, TypeError, OSError, ImportError) as error:
         for language_model in models.values():
             language_model.close()
         if isinstance(error, ConfigError):
@@ -195,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         row = evaluate(arguments.output_dir, target_dir, arguments.checkpoint,
                        arguments.callback, arguments.task, changes)
-    except (ConfigError, ExportError, DamagedRunFolder) as error:
+    except (ConfigError, ExportError, DamagedRunFolder, RefusedImport) as error:
         print(f"evaluate error: {error}", file=sys.stderr)
         return 2
     print(json.dumps(row, indent=2))

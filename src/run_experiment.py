@@ -23,6 +23,7 @@ from src.online_training.run import PIPELINE as ONLINE_TRAINING  # noqa: E402
 from src.run.folder import DamagedRunFolder, RunOptions, StorageFailure  # noqa: E402
 from src.run.pipeline import pipeline_of, pipelines_by_key  # noqa: E402
 from src.supervised_training.run import PIPELINE as SUPERVISED_TRAINING  # noqa: E402
+from src.training.learner import NonFiniteUpdate  # noqa: E402
 
 # The file's top-level key -> its pipeline (the evaluate command reads the same table).
 PIPELINES = pipelines_by_key([ONLINE_TRAINING, SUPERVISED_TRAINING, OFFLINE_TRAINING])
@@ -45,7 +46,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """The command's exit status: 0 done, 2 a config or data error (a damaged run folder
     too), 3 the output folder refused a write (full or read-only; the run resumes once it
-    is fixed)."""
+    is fixed), 4 an update left non-finite weights (nothing of it committed)."""
     arguments = parse_arguments(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -56,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     except StorageFailure as failure:
         print(f"storage error: {failure}", file=sys.stderr)
         return 3
+    except NonFiniteUpdate as error:
+        print(f"training error: {error}; the batch was not committed, so the run resumes "
+              "from its last commit (with a lower learning rate, say)", file=sys.stderr)
+        return 4
 
 
 def run_command(arguments: argparse.Namespace) -> int:

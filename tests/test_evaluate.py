@@ -5,11 +5,14 @@ changed task parameters evaluate samples the run never saw; bad requests are err
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from src.evaluate import main as evaluate_main
+from tests.conftest import PROJECT_ROOT
 from tests.run_folders import run_command
 
 ASSIGNMENT = """\
@@ -160,3 +163,55 @@ def test_a_run_folder_is_never_the_target(rl_run: Path,
     assert evaluate_main([str(rl_run), "--target_dir", str(rl_run)]) == 2
     assert "is a run folder" in capsys.readouterr().err
     assert (rl_run / "metrics.jsonl").read_bytes() == before
+
+
+PAYLOAD = """\
+from pathlib import Path
+
+Path(__file__).with_name("payload_ran").write_text("the run folder's code ran")
+"""
+
+ORACLE_RUN = """\
+assignment_config:
+  output_dir: {output}
+  task:
+    name: math_problems
+    module: {module}
+    parameters: {{num_train: 2, num_validation: 2}}
+  agent:
+    name: oracle_agent
+  evaluation: {{at_end: true}}
+"""
+
+
+@pytest.mark.parametrize("where", ["the run folder", "outside the project"])
+def test_code_named_by_a_run_folder_is_refused_before_it_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        where: str) -> None:
+    # the folder that holds the run is on the import path, as the working directory is
+    # under `python -m src.evaluate`: a module path can reach into the run folder
+    run = tmp_path / "shared_run_folder"
+    code = run if where == "the run folder" else tmp_path / "plugins_elsewhere"
+    for folder in (run, code):
+        folder.mkdir(exist_ok=True)
+    (code / "payload.py").write_text(PAYLOAD)
+    module = f"{code.name}.payload"
+    (run / "config.yaml").write_text(ORACLE_RUN.format(output=run, module=module))
+    (run / "run_state.json").write_text('{"completed_batches": 0, "finished": true}')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in (code.name, module):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert evaluate_main([str(run), "--checkpoint", "start",
+                          "--target_dir", str(tmp_path / "evaluated")]) == 2
+    assert not (code / "payload_ran").exists()
+    error = capsys.readouterr().err
+    assert f"refused to import '{code.name}' from {code}: it lies " in error
+    assert ("inside the run folder" if where == "the run folder"
+            else "outside the project") in error
+
+
+@pytest.mark.parametrize("command", ["src.evaluate", "src.export"])
+def test_the_help_says_no_code_is_imported_from_a_run_folder(command: str) -> None:
+    result = subprocess.run([sys.executable, "-m", command, "--help"], cwd=PROJECT_ROOT,
+                            capture_output=True, text=True, check=True)
+    assert "imports no code from a run folder" in " ".join(result.stdout.split())

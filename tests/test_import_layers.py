@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "training": 3,  # the training core
     "agents": 2, "tasks": 2,
     "language_models": 1,
+    "sandboxes": 1,  # where model code runs (bubblewrap); tasks and tools use it
     "report": 1,  # reads run folders (their layout is storage's): curves, run page
     "records": 0, "storage": 0, "maths": 0, "configuration": 0,  # leaves
     "runtime": 0,  # process-wide execution settings (deterministic kernels, the Ray cluster)

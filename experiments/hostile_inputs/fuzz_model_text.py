@@ -245,7 +245,7 @@ VALID_CALL = ('I will add.\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "
 def check_parsed(tally: Tally, text: str) -> None:
     """parse_hermes's reply must be what the endpoint can send and take back: each call a
     name and arguments of strict JSON (an object), all of it Unicode text."""
-    from src.agents.openai_endpoint.tool_calls import parse_hermes
+    from src.language_models.tool_calls import parse_hermes
 
     started = time.monotonic()
     try:
@@ -293,7 +293,7 @@ def fuzz_tool_calls(tries: int, rng: random.Random) -> Tally:
     from pydantic import ValidationError
 
     from src.agents.openai_endpoint.server import ChatCompletionRequest
-    from src.agents.openai_endpoint.tool_calls import arguments_value, template_message
+    from src.language_models.tool_calls import arguments_value, template_message
 
     tally = Tally("tool-call parser")
     memory_before = resident_mb()

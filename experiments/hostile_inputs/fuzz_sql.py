@@ -4,8 +4,11 @@ ending in an answer or at the round limit, so that the grader reads the table to
 
 Each backend gets the fixed hostile corpus (`corpus`: a table renamed away and an endless
 view in its place, the time limit switched off with quoted and U&-escaped set_config or
-SET, huge values, many and wide rows, storage growth, deep nesting, long and non-text
-strings, stacked statements, file and namespace escapes) and `--tries` replies built from
+SET, huge values, value-building calls (printf/format widths, padding, repetition,
+fills, joins, aggregation), sorts and de-duplications over endless rows, table options
+that name a place on disk, other engines, temporary tables and row-level security, many
+and wide rows, storage growth, deep nesting, long and non-text strings, stacked
+statements, file and namespace escapes) and `--tries` replies built from
 seeded mutations and combinations of those statements, the oracle's SQL and `FRAGMENTS`.
 Counted per backend (tries: replies stepped):
 
@@ -54,7 +57,7 @@ from experiments.hostile_inputs.fuzz_model_text import (
 )
 from src.records.episode import Outcome
 from src.tasks.instance.db_bench.problem import DBBenchProblem
-from src.tasks.instance.db_bench.sandbox_backends import CANCEL_GRACE_S
+from src.tasks.instance.db_bench.sandbox_backends import CANCEL_GRACE_S, drop_kept_databases
 from src.tasks.instance.db_bench.task_single_skill import DBBenchEpisode, DBBenchSingleSkill
 from tests.tasks.db_bench.servers import MYSQL_URL, POSTGRES_URL, unreachable_reason
 
@@ -82,6 +85,18 @@ FRAGMENTS: tuple[str, ...] = (
     "LOAD_FILE('/etc/passwd')", "pg_read_file('/etc/passwd')", "ATTACH DATABASE 'x' AS y",
     "PRAGMA max_page_count = 1000000", "\x00", "\udc80", "\ufeff", "é", "😀", "NULL",
     "1e308", "-9223372036854775808", "0x41", "X'41'", "E'\\x41'",
+    # value builders: widths, padding, repetition, joins, aggregation
+    "printf('%.*c', 2147483647, 'x')", "format('%.2147483647c', 'x')",
+    "format('%300000000s', 'x')", "format('%*s', 300000000, 'x')", "rpad('a', 300000000)",
+    "array_fill(1, ARRAY[100000000])", "space(1000000000)", "VARIADIC ",
+    "array_to_string(array_fill(''::text, ARRAY[10000]), repeat('a', 100000))",
+    "replace(repeat('a', 100000), 'a', repeat('b', 100000))", "'a'::char(10000000)",
+    "string_agg(repeat('a', 100000), '')", "group_concat(randomblob(60000))",
+    # sorts and de-duplications over endless rows
+    " ORDER BY randomblob(60000)", " ORDER BY repeat(n::text, 60000)", " UNION ", " DISTINCT ",
+    # table options that name a place on disk, engines, temporary tables
+    " DATA DIRECTORY='/tmp'", " INDEX DIRECTORY='/tmp'", " ENGINE=MyISAM", " ENGINE=Aria",
+    " ENGINE=CSV", "CREATE TEMPORARY TABLE ", " ENABLE ROW LEVEL SECURITY",
 )
 
 
@@ -101,7 +116,16 @@ def corpus(backend: str) -> list[list[str]]:
         ["SELECT * FROM {t} a, {t} b, {t} c, {t} d, {t} e"],
     ]
     if backend == "sqlite":
-        sequences += [["SELECT randomblob(300000000)"], ["SELECT zeroblob(300000000)"],
+        endless_blobs = ("WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c) "
+                         "SELECT randomblob(60000) AS b FROM c")
+        sequences += [["SELECT printf('%.*c', 2147483647, 'x'), printf('%.*c', 2147483647, "
+                       "'x'), printf('%.*c', 2147483647, 'x')"],
+                      ["SELECT format('%!.*c', -2147483647, 'x')",
+                       "SELECT printf('%.99999c%.99999c', 'x', 'y')"],
+                      [f"SELECT b FROM ({endless_blobs}) ORDER BY b",
+                       f"{endless_blobs} UNION {endless_blobs}",
+                       f"SELECT count(DISTINCT b) FROM ({endless_blobs})"],
+                      ["SELECT randomblob(300000000)"], ["SELECT zeroblob(300000000)"],
                       ["CREATE TABLE big AS SELECT randomblob(300000000) AS b"],
                       ["SELECT " + ", ".join(["zeroblob(90000)"] * 300)],
                       ["CREATE TABLE big AS WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL "
@@ -121,7 +145,18 @@ def corpus(backend: str) -> list[list[str]]:
                        "INSERT INTO big SELECT * FROM big"],
                       ["CREATE TABLE m (b VARCHAR(1000)) ENGINE=MEMORY",
                        "INSERT INTO m SELECT repeat('a', 1000) FROM seq_1_to_100000"],
-                      ["SELECT `load_file`('/etc/passwd')", "SELECT BENCHMARK(1e12, MD5('a'))"]]
+                      ["SELECT `load_file`('/etc/passwd')", "SELECT BENCHMARK(1e12, MD5('a'))"],
+                      ["SELECT space(1000000000), rpad('a', 1000000000, 'b')"],
+                      ["CREATE TABLE d1 (v TEXT) ENGINE=MyISAM DATA DIRECTORY='/tmp' "
+                       "INDEX DIRECTORY='/tmp'", "CREATE TABLE d2 (v TEXT) ENGINE=Aria "
+                       "DATA /* x */ DIRECTORY \"/tmp\"", "CREATE TABLE d3 (v INT) "
+                       "PARTITION BY HASH(v) (PARTITION p0 DATA DIRECTORY='/tmp')"],
+                      ["CREATE TABLE e (v INT NOT NULL) ENGINE=CSV",
+                       "CREATE TEMPORARY TABLE {t} AS SELECT * FROM {t} WHERE 0"],
+                      ["CREATE TEMPORARY TABLE big (b MEDIUMTEXT)",
+                       "INSERT INTO big SELECT repeat('a', 90000) FROM seq_1_to_300"],
+                      ["SELECT DISTINCT repeat(seq, 1000) FROM seq_1_to_100000000",
+                       "SELECT seq FROM seq_1_to_100000000 ORDER BY repeat(seq, 1000)"]]
     else:
         sequences += [["SELECT \"set_config\"('statement_timeout', '0', false)",
                        sleep["postgresql"]],
@@ -141,7 +176,23 @@ def corpus(backend: str) -> list[list[str]]:
                       ["WITH d AS (DELETE FROM {t} RETURNING *) SELECT repeat('a', 300000000) "
                        "FROM d"],
                       ["SELECT lo_from_bytea(0, 'x')",
-                       "SELECT count(*) FROM generate_series(1, 1e12)"]]
+                       "SELECT count(*) FROM generate_series(1, 1e12)"],
+                      ["SELECT format('%300000000s', 'x'), format('%300000000s', 'x'), "
+                       "format('%300000000s', 'x')", "SELECT lpad('a', 300000000), "
+                       "rpad('a', 300000000, 'b')"],
+                      ["SELECT array_fill(1, ARRAY[100000000])",
+                       "SELECT concat_ws(repeat('a', 100000), VARIADIC array_fill(''::text, "
+                       "ARRAY[10000]))"],
+                      ["SELECT array_to_string(array_fill(''::text, ARRAY[10000]), "
+                       "repeat('a', 100000))", "SELECT regexp_replace(repeat('a', 100000), "
+                       "'a', repeat('b', 1000), 'g')"],
+                      ["SELECT " + ", ".join(["'a'::char(10000000)"] * 30),
+                       "SELECT bpchar('a', 10000004, true), \"bit\"(1, 80000000)"],
+                      ["SELECT length(string_agg(repeat('a', 100000), '')) FROM "
+                       "generate_series(1, 9000)",
+                       "SELECT g FROM generate_series(1, 100000000) g ORDER BY repeat(g::text, 100)"],
+                      ["ALTER TABLE {t} ENABLE ROW LEVEL SECURITY",
+                       "ALTER TABLE {t} FORCE ROW LEVEL SECURITY"]]
     return sequences
 
 
@@ -317,7 +368,9 @@ def sandboxes_left(url: str) -> int:
                     "'dbbench\\_%%')").scalar_one())
             return int(connection.exec_driver_sql(
                 "SELECT (SELECT COUNT(*) FROM pg_namespace WHERE nspname LIKE 'dbbench\\_%%') + "
-                "(SELECT COUNT(*) FROM pg_roles WHERE rolname LIKE 'dbbench\\_%%')").scalar_one())
+                "(SELECT COUNT(*) FROM pg_roles WHERE rolname LIKE 'dbbench\\_%%') + "
+                "(SELECT COUNT(*) FROM pg_database WHERE datname LIKE 'dbbench\\_%%')"
+            ).scalar_one())
     finally:
         engine.dispose()
 
@@ -349,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
             tally = fuzzer.run(arguments.tries)
         finally:
             family.close()
+            drop_kept_databases()  # kept for the next sandboxes, they would count as left
         peak_growth_mb[backend] = fuzzer.max_peak_growth_mb
         if backend != "sqlite" and (left := sandboxes_left(url) - left_before) > 0:
             tally.record("left behind", f"{left} sandbox databases, schemas or users", "")

@@ -9,15 +9,22 @@ from dataclasses import dataclass, replace
 from typing import final
 
 from src.language_models.language_model import Generation, LanguageModel, SamplingParams
+from src.records.chat import ChatMessage
 from src.records.episode import Episode, EpisodeStatus
 
 
 @dataclass(frozen=True)
 class AgentReply:
-    """A reply, or None with the status that ends the episode (e.g. context limit)."""
+    """A reply, or None with the status that ends the episode (e.g. context limit).
+
+    `exchange`: where the reply took a conversation of several model calls that belongs
+    to the episode (an environment that drove its own rollout), its messages in order
+    (each sampled reply, each tool result or user message sent after it), the chat's
+    record in place of `content`; each agent message in it counts as a turn."""
 
     content: str | None
     status: EpisodeStatus | None = None
+    exchange: tuple[ChatMessage, ...] = ()
 
 
 class Agent(ABC):

@@ -92,6 +92,9 @@ class FaultPolicy(StrictModel):
     # an environment's reset or step that runs longer ends its episode as `task_error`
     # (None: wait for ever)
     step_timeout_s: PositiveFloat | None = 300.0
+    # calls left running past step_timeout_s (threads that cannot be killed) the process
+    # keeps at most: past it, a new episode ends as `task_error` at its reset, saying so
+    max_hung_calls: PositiveInt = 256
     # a model call that raises is made again this many times; then the episodes it served
     # end as `agent_error`
     model_retries: NonNegativeInt = 2

@@ -16,6 +16,9 @@ from src.configuration.yaml_source import YamlSource
 # Registered short names; a config may name any other class by `module`.
 REGISTRY: dict[str, str] = {
     "math_problems": "src.tasks.instance.math_problems.task.MathProblemsTask",
+    "math_python_tool": "src.tasks.instance.math_python_tool.task.MathPythonToolTask",
+    "code_tests": "src.tasks.instance.code_tests.task.CodeTestsTask",
+    "shell_tasks": "src.tasks.instance.shell_tasks.task.ShellTask",
     "db_bench_single_skill": "src.tasks.instance.db_bench.task_single_skill.DBBenchSingleSkill",
     "econ_decision": "src.tasks.instance.econ.task.EconDecisionTask",
     "single_turn": "src.tasks.single_turn.SingleTurnTask",

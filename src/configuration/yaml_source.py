@@ -61,6 +61,80 @@ _NumberAwareLoader.add_constructor(REPLACE_TAG, _construct_replace)
 # anchors stand for millions of values once merged. A config is small; past this many
 # values (aliases counted as what they stand for) it is refused.
 MAX_VALUES = 100_000
+# Reading, merging and writing a config back walk it recursively, a few Python frames a
+# level; a config is a few levels deep, so one nested past this (as written, or once its
+# aliases stand for what they name) is refused before any of those walks.
+MAX_DEPTH = 64
+# A config is a few kB; a larger file is refused after reading this much of it, not read
+# whole.
+MAX_FILE_BYTES = 4 * 2**20
+
+
+class _Refused(yaml.YAMLError):
+    """A document refused for its shape, at `line` (None: the whole file)."""
+
+    def __init__(self, problem: str, line: int | None = None) -> None:
+        super().__init__(problem)
+        self.line = line
+
+
+def _too_deep(line: int) -> _Refused:
+    return _Refused(f"values nested deeper than {MAX_DEPTH} levels (aliases counted as "
+                    "what they stand for): refused, a config is a few levels deep", line)
+
+
+def _check_written_depth(text: str) -> None:
+    """Refuse nesting past MAX_DEPTH from the parser's events, which it makes without
+    recursion, before the recursive composer builds the nodes."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_NumberAwareLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise _too_deep(event.start_mark.line + 1)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [child for pair in node.value for child in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Refuse a document that stands for more than MAX_VALUES values or is nested deeper
+    than MAX_DEPTH with every alias expanded, or holds an alias inside the value it names
+    (a value that holds itself). Each node is measured once, with a stack of its own (a
+    chain of aliases nests far deeper than the file does), so nothing is expanded."""
+    measured: dict[int, tuple[int, int]] = {}  # node -> (values, depth) it stands for
+    open_nodes: set[int] = set()  # entered, their children not all measured yet
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_measured = stack.pop()
+        children = _children(node)
+        if children_measured:
+            open_nodes.discard(id(node))
+            values = 1 + sum(measured[id(child)][0] for child in children)
+            depth = (1 if isinstance(node, yaml.CollectionNode) else 0) + max(
+                (measured[id(child)][1] for child in children), default=0)
+            if values > MAX_VALUES:
+                raise _Refused(f"the file stands for more than {MAX_VALUES:,} values once its "
+                               "aliases are expanded: refused (aliases of aliases multiply)")
+            if depth > MAX_DEPTH:
+                raise _too_deep(node.start_mark.line + 1)
+            measured[id(node)] = (values, depth)
+            continue
+        if id(node) in open_nodes:
+            raise _Refused("an alias inside the value it names: the value would hold "
+                           "itself, without end", node.start_mark.line + 1)
+        if id(node) in measured:
+            continue
+        open_nodes.add(id(node))
+        stack.append((node, True))
+        stack.extend((child, False) for child in children)
 
 
 class _DuplicateKey(yaml.YAMLError):
@@ -89,20 +163,6 @@ def _check_keys_once(node: yaml.Node, seen: set[int] | None = None) -> None:
     elif isinstance(node, yaml.SequenceNode):
         for item in node.value:
             _check_keys_once(item, seen)
-
-
-def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
-    """How many values the node stands for with every alias expanded, computed once per
-    node (so without expanding anything)."""
-    if id(node) not in sizes:
-        sizes[id(node)] = 0  # an alias of an ancestor (a cycle) adds nothing here
-        children: list[yaml.Node] = []
-        if isinstance(node, yaml.MappingNode):
-            children = [child for pair in node.value for child in pair]
-        elif isinstance(node, yaml.SequenceNode):
-            children = list(node.value)
-        sizes[id(node)] = 1 + sum(_expanded_size(child, sizes) for child in children)
-    return sizes[id(node)]
 
 
 def _line_map(node: yaml.Node, path: tuple[str, ...], lines: dict[tuple[str, ...], int]) -> None:
@@ -149,6 +209,24 @@ def _key_paths(data: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     return paths
 
 
+def _read_config_text(path: Path) -> str:
+    """The file's text; a file past MAX_FILE_BYTES is refused having read no more than
+    that (a config file is a few kB: a huge one is a wrong path or an attack)."""
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    with path.open("rb") as stream:
+        data = stream.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(f"the file holds more than {MAX_FILE_BYTES // 2**20} MiB, the cap on "
+                          "a config file: refused unread (a config is a few kB)",
+                          file=str(path))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"not UTF-8 text ({error.reason} at byte {error.start})",
+                          file=str(path)) from error
+
+
 class YamlSource:
     """A parsed YAML document that remembers where each key was written.
 
@@ -161,21 +239,15 @@ class YamlSource:
 
     def __init__(self, path: Path, importing: tuple[Path, ...] = ()) -> None:
         self.path = path
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
+        text = _read_config_text(path)
         try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as error:
-            raise ConfigError(f"not UTF-8 text ({error.reason} at byte {error.start})",
-                              file=str(path)) from error
-        try:
+            _check_written_depth(text)
             node = yaml.compose(text, Loader=_NumberAwareLoader)
             if node is not None:
                 _check_keys_once(node)
-            too_large = node is not None and _expanded_size(node, {}) > MAX_VALUES
-            # a file too large is refused below, never constructed
-            data: Any = None if too_large else yaml.load(text, Loader=_NumberAwareLoader)
-        except (_MisplacedReplace, _DuplicateKey) as error:
+                _check_expansion(node)  # a file refused here is never constructed
+            data: Any = yaml.load(text, Loader=_NumberAwareLoader)
+        except (_MisplacedReplace, _DuplicateKey, _Refused) as error:
             raise ConfigError(str(error), file=str(path), line=error.line) from error
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
@@ -183,10 +255,6 @@ class YamlSource:
                               line=mark.line + 1 if mark else None) from error
         except ValueError as error:  # a scalar that resolves to a type it cannot be
             raise ConfigError(f"invalid YAML value: {error}", file=str(path)) from error
-        if too_large:
-            raise ConfigError(f"the file stands for more than {MAX_VALUES:,} values once its "
-                              "aliases are expanded: refused (aliases of aliases multiply)",
-                              file=str(path))
         if isinstance(data, _Replace):
             raise ConfigError(f"{REPLACE_TAG} marks a mapping under a key; the file's top "
                               "level always merges over its imports", file=str(path),

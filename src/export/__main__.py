@@ -3,6 +3,10 @@
 Writes DIR/adapter (the PEFT adapter) and DIR/merged (a Hugging Face model folder with the
 adapter merged in, which transformers and vLLM load as they are). DIR lies outside the run
 folder and is new, empty or an earlier export (exit status 2 otherwise).
+
+A run folder may come from anyone, so the command imports no code from a run folder: a
+module that would be imported from a file inside a run folder, or from outside the
+project and the installed packages, is refused before it runs (exit status 2).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from src.configuration.import_guard import RefusedImport, confined_imports
 from src.export.checkpoint_export import (
     DTYPES,
     ExportError,
@@ -20,6 +25,7 @@ from src.export.checkpoint_export import (
     find_adapter,
 )
 from src.storage.files import DamagedRunFolder
+from src.storage.run_layout import STATE_FILE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,11 +44,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--adapter_only", action="store_true", help="skip the merged model")
     arguments = parser.parse_args(argv)
     try:
-        found = find_adapter(arguments.output_dir, arguments.checkpoint, arguments.callback)
-        check_target(arguments.output_dir, arguments.target_dir)
-    except (ExportError, DamagedRunFolder) as error:
+        with confined_imports([arguments.output_dir, arguments.target_dir], STATE_FILE):
+            return _export(arguments)
+    except (ExportError, DamagedRunFolder, RefusedImport) as error:
         print(f"export error: {error}", file=sys.stderr)
         return 2
+
+
+def _export(arguments: argparse.Namespace) -> int:
+    found = find_adapter(arguments.output_dir, arguments.checkpoint, arguments.callback)
+    check_target(arguments.output_dir, arguments.target_dir)
     print(f"checkpoint {found.checkpoint} of {found.store}")
     print(f"adapter: {export_adapter(found, arguments.target_dir / 'adapter')}")
     if not arguments.adapter_only:

@@ -27,8 +27,7 @@ import torch
 
 from src.language_models.embedded_model import resolve_model_path
 from src.run.folder import TRAINING_STATE, RunDirectory
-from src.run.protocol import BEST, BEST_MARK
-from src.storage.checkpoint_store import CheckpointStore, check_checkpoint
+from src.storage.checkpoint_store import BEST, CheckpointStore, check_checkpoint, marked_step
 from src.storage.files import DamagedRunFolder, atomic_directory, read_json
 from src.training.training_state import ADAPTER
 
@@ -83,9 +82,16 @@ def find_adapter(output_dir: Path, checkpoint: str = "best",
     store = CheckpointStore(stores[store_name])
     committed = [step for step in store.steps() if step <= state.completed_batches]
     if checkpoint == "best":
-        if not (store.root / BEST / BEST_MARK).is_file():
+        record = store.best_record()
+        if record is None:
             raise ExportError(f"{store.root} has no best checkpoint yet (committed "
                               f"checkpoints: {committed or 'none'}); use --checkpoint latest")
+        step = marked_step(record, store.best_mark)
+        if step > state.completed_batches:
+            raise DamagedRunFolder(
+                f"{store.best_mark}: names step {step}, but the run committed "
+                f"{state.completed_batches}: best/ is not a checkpoint of this run; choose "
+                f"another with --checkpoint (committed: {committed or 'none'})")
         folder = store.root / BEST / ADAPTER
     else:
         if checkpoint == "latest":
@@ -99,12 +105,11 @@ def find_adapter(output_dir: Path, checkpoint: str = "best",
                               f"committed steps {committed} in {store.root}")
         checkpoint, folder = str(step), store.path(step) / ADAPTER
     try:
-        check_checkpoint(folder)
+        check_checkpoint(folder.parent, within=ADAPTER)
     except DamagedRunFolder as error:
         raise ExportError(f"{error}: checkpoint {checkpoint} of {store.root} is damaged; "
                           f"choose another with --checkpoint (committed: {committed or 'none'}"
-                          + (", best" if (store.root / BEST / BEST_MARK).is_file() else "")
-                          + ")") from error
+                          + (", best" if store.best_mark.is_file() else "") + ")") from error
     config = read_json(folder / "adapter_config.json")
     return FoundAdapter(folder, store.root, checkpoint, str(config["base_model_name_or_path"]))
 

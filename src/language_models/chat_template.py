@@ -7,11 +7,13 @@ the same rendering and the same turn boundary; they live here, below all of them
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from src.language_models.language_model import LanguageModel
+from src.language_models.tool_calls import tool_preamble
+from src.records.episode import ToolResult
 
 _PROBE_USER, _PROBE_AGENT = "PROBE-USER-TEXT", "PROBE-AGENT-TEXT"
 
@@ -69,6 +71,62 @@ def render_continuation(tokenizer: Any, messages: Sequence[dict[str, Any]],
     return extended[len(closed):]
 
 
+@dataclass
+class ToolChat:
+    """A tool episode's chat as the template is fed it, one of two ways
+    (src/language_models/tool_calls.py): native, where the template renders tools (they
+    go to `apply_chat_template(tools=...)`, results as `tool` messages), else prompted (the
+    preamble after the system prompt, results as the user turns the chat holds). The
+    LoRA agent appends its trajectory with it turn by turn, and the supervised stage
+    tokenises a demonstration with it, so both feed the model the same ids.
+
+    `messages`: the chat so far as the template's messages, each rendered once."""
+
+    language_model: LanguageModel
+    tools: list[dict[str, Any]]
+    native: bool  # `template_renders_tools` of the model's tokenizer, probed once by the caller
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, language_model: LanguageModel, system_prompt: str | None,
+              tools: list[dict[str, Any]], native: bool,
+              chat: Sequence[tuple[str, str]]) -> ToolChat:
+        """The first messages: the system message (prompted: the preamble after the
+        system prompt) and the chat's (role, content) pairs, roles "user" / "agent"."""
+        system = system_prompt if native else "\n\n".join(
+            filter(None, [system_prompt, tool_preamble(tools)]))
+        roles = language_model.role_dict
+        messages = [{"role": "system", "content": system}] if system else []
+        messages += [{"role": roles[role], "content": content} for role, content in chat]
+        return cls(language_model, tools, native, messages)
+
+    @property
+    def template_tools(self) -> list[dict[str, Any]] | None:
+        return self.tools if self.native else None
+
+    def render(self) -> str:
+        """The whole chat through the generation prompt."""
+        return self.language_model.tokenizer.apply_chat_template(
+            self.messages, tools=self.template_tools, tokenize=False,
+            add_generation_prompt=True)
+
+    def continue_after(self, reply: str, results: Sequence[ToolResult] | None,
+                       user_messages: Sequence[str]) -> str:
+        """Append the agent's `reply` and what answers it; the template's text after the
+        closed reply through the next generation prompt. Native, with `results` (the
+        observation's tool results): they go as `tool` messages; otherwise the user
+        messages as they are."""
+        roles = self.language_model.role_dict
+        if self.native and results is not None:
+            following = [{"role": "tool", "tool_call_id": result.call_id, "name": result.name,
+                          "content": result.content} for result in results]
+        else:
+            following = [{"role": roles["user"], "content": text} for text in user_messages]
+        self.messages += [{"role": roles["agent"], "content": reply}, *following]
+        return render_continuation(self.language_model.tokenizer, following,
+                                   self.template_tools)
+
+
 @dataclass(frozen=True)
 class TurnBoundary:
     """What goes between an agent's reply and its next one, as the template renders it.
@@ -115,22 +173,39 @@ def probe_turn_boundary(language_model: LanguageModel, system_prompt: str | None
     return TurnBoundary(closing_ids, opening)
 
 
+@dataclass(frozen=True)
+class DemonstrationTools:
+    """A tool episode's tools for `demonstration_ids`: the tool list, whether the template
+    renders it (`native`), and by chat index the tool results that user turn held (native
+    templates render them as `tool` messages)."""
+
+    tools: list[dict[str, Any]]
+    native: bool
+    results: Mapping[int, Sequence[ToolResult]] = field(default_factory=dict)
+
+
 def demonstration_ids(language_model: LanguageModel, boundary: TurnBoundary,
-                      system_prompt: str | None, chat: Sequence[tuple[str, str]]
+                      system_prompt: str | None, chat: Sequence[tuple[str, str]],
+                      tools: DemonstrationTools | None = None
                       ) -> tuple[list[int], list[int]]:
     """(ids, loss mask) of a finished chat of "user" / "agent" turns, built as the LoRA
     agent builds a trajectory: the first user turn rendered with the generation prompt,
     then per agent turn its reply's ids and the end-of-turn token (mask 1: what a policy
     would have sampled), and before each next user turn the rest of the closing and the
-    turn's opening (mask 0)."""
+    turn's opening (mask 0). With `tools`, the chat is a tool episode's, rendered by
+    `ToolChat` as the agent renders one."""
     if not chat or chat[0][0] != "user":
         raise ValueError("a demonstration starts with a user message")
     encode = language_model.tokenizer
-    ids = encode(render_chat(language_model, system_prompt, [chat[0]], True),
+    tool_chat = None if tools is None else ToolChat.start(
+        language_model, system_prompt, tools.tools, tools.native, chat[:1])
+    tool_results = {} if tools is None else tools.results
+    ids = encode(render_chat(language_model, system_prompt, [chat[0]], True)
+                 if tool_chat is None else tool_chat.render(),
                  add_special_tokens=False)["input_ids"]
     mask = [0] * len(ids)
     previous = "user"
-    for role, content in chat[1:]:
+    for index, (role, content) in enumerate(chat[1:], start=1):
         if role == "agent":
             if previous == "agent":
                 raise ValueError("two agent turns in a row")
@@ -141,8 +216,11 @@ def demonstration_ids(language_model: LanguageModel, boundary: TurnBoundary,
         elif role == "user":
             if previous == "user":
                 raise ValueError("two user turns in a row")
+            opening = (boundary.opening_text(content) if tool_chat is None else
+                       tool_chat.continue_after(chat[index - 1][1],
+                                                tool_results.get(index), [content]))
             context = list(boundary.closing_ids[1:]) + encode(
-                boundary.opening_text(content), add_special_tokens=False)["input_ids"]
+                opening, add_special_tokens=False)["input_ids"]
             ids += context
             mask += [0] * len(context)
         else:

@@ -231,6 +231,8 @@ class ExperimentLoop:
                 # what the trainer waited for sampling (with overlap: the part not hidden)
                 metrics["time/waiting_for_rollout_seconds"] = time.perf_counter() - started
                 if rollout_thread is not None and batch_index + 1 < total:
+                    # the batch ahead moves the process's generators during this commit
+                    protocol.mark_batch_boundary()
                     ahead = self._roll_out_ahead(rollout_thread,
                                                  schedule.batches[batch_index + 1],
                                                  batch_index + 1, total)

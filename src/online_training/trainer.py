@@ -180,7 +180,9 @@ class RLTrainingCallback(EpisodeTrainer):
             return {"skipped_batches": 1.0, **metrics}
         trajectories = [episode.trajectory for episode in episodes]
         temperature = self._sampling_temperature(trajectories)
-        rows = self._token_rows(trajectories)
+        rows, cut = self._token_rows(trajectories)
+        if cut:  # only where it happened: a figure that is always 0 would say nothing
+            metrics["rows/cut_to_context"] = float(cut)
         task_returns = torch.tensor([self.episode_return(e) for e in episodes],
                                     dtype=torch.float32)
         group_keys = sorted({(e.sample.sample_id, e.batch_index) for e in episodes})
@@ -260,22 +262,28 @@ class RLTrainingCallback(EpisodeTrainer):
             raise ValueError("greedy (temperature 0) samples cannot be trained on by RL")
         return temperature
 
-    def _token_rows(self, trajectories: list[Trajectory]) -> TokenRows:
+    def _token_rows(self, trajectories: list[Trajectory]) -> tuple[TokenRows, int]:
         """The trajectories' ids and loss masks, with the sampler's log-probs as the PPO
-        ratio's "old" (replaced by the trainer's when mismatch.old_logprobs is trainer)."""
+        ratio's "old" (replaced by the trainer's when mismatch.old_logprobs is trainer);
+        and how many were cut to the model's context. A trajectory longer than it (an
+        environment's long last observation, the episode then ended at the context limit)
+        is trained on its first `max_context_tokens` only: nothing past the context is
+        scored or trained."""
+        context = self.model.max_context_tokens
         masks = [list(t.loss_mask) for t in trajectories]
         if self.ppo.mask_truncated_completions:
             masks = [[0] * len(m) if t.truncated else m
                      for t, m in zip(trajectories, masks, strict=True)]
-        rows = TokenRows.from_sequences([t.token_ids for t in trajectories], masks,
+        rows = TokenRows.from_sequences([t.token_ids[:context] for t in trajectories],
+                                        [mask[:context] for mask in masks],
                                         pad_id=self.model.pad_id)
         sampler = torch.zeros_like(rows.batch.loss_mask)
         for row, trajectory in enumerate(trajectories):
-            sampler[row, : len(trajectory.sampling_logprobs)] = torch.tensor(
-                trajectory.sampling_logprobs)
+            logprobs = trajectory.sampling_logprobs[:context]
+            sampler[row, : len(logprobs)] = torch.tensor(logprobs)
         rows.sampler_logprobs = sampler
         rows.old_logprobs = sampler
-        return rows
+        return rows, sum(len(t.token_ids) > context for t in trajectories)
 
     def _advantages(self, returns: torch.Tensor, group_ids: torch.Tensor,
                     no_spread: torch.Tensor) -> torch.Tensor:
@@ -290,10 +298,12 @@ class RLTrainingCallback(EpisodeTrainer):
         return advantage
 
     def _norm_length(self, trajectories: list[Trajectory]) -> int | None:
-        """Dr. GRPO's constant: the generation budget (max_new_tokens per sampled turn)."""
+        """Dr. GRPO's constant: `ppo.norm_length`, else the agent's max_new_tokens (its
+        configured budget of a reply), the same in every batch whatever its episodes'
+        turns (None where no trajectory records a budget)."""
         if self.ppo.norm_length is not None:
             return self.ppo.norm_length
-        budgets = [t.generation_budget for t in trajectories]
+        budgets = {t.max_new_tokens for t in trajectories}
         return None if None in budgets else max(budgets)  # type: ignore[type-var]
 
     def _one_step_per_batch(self, episodes: int) -> bool:

@@ -22,11 +22,19 @@ class EpisodeStatus(StrEnum):
     AGENT_CONTEXT_LIMIT = "agent_context_limit"  # the next prompt would not fit the model
     TASK_ERROR = "task_error"  # the environment itself failed (not the model's fault)
     AGENT_ERROR = "agent_error"  # the model call failed, retries included
+    # the task ended before the agent's first turn (a game its opponent decided): the
+    # agent was never asked, so nothing is scored, trained or counted in a success rate
+    NO_AGENT_TURN = "no_agent_turn"
 
     @property
     def failed(self) -> bool:
         """The episode says nothing about the policy: its environment or model failed."""
         return self in (EpisodeStatus.TASK_ERROR, EpisodeStatus.AGENT_ERROR)
+
+    @property
+    def counted(self) -> bool:
+        """The episode counts in success rates and means: it gave the agent a turn."""
+        return self is not EpisodeStatus.NO_AGENT_TURN
 
 
 class Outcome(StrEnum):
@@ -80,6 +88,12 @@ def count_successes(records: Iterable[EpisodeRecord]) -> int:
     return sum(record.outcome is Outcome.CORRECT for record in records)
 
 
+def counted_records(records: Iterable[EpisodeRecord]) -> list[EpisodeRecord]:
+    """The episodes a success rate is over (its denominator): those that gave the agent a
+    turn (`EpisodeStatus.counted`)."""
+    return [record for record in records if record.status.counted]
+
+
 class StepInfo(TypedDict):
     """The info of an episode environment's step: a dict, as Gymnasium's contract has it,
     whose keys are fixed and typed.
@@ -117,6 +131,34 @@ class ClientRolloutEnvironment(Protocol):
     function, with the episode's client and its chat so far, and gets the final reply."""
 
     def client_rollout(self, client: Any, messages: list[dict[str, str]]) -> str: ...
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """One tool call's result, as a tool-role message carries it: the id the environment
+    gave the call when it read the reply, the tool's name and the text it returned."""
+
+    call_id: str
+    name: str
+    content: str
+
+
+@runtime_checkable
+class ToolEnvironment(Protocol):
+    """An episode environment that offers the agent tools (src/tasks/tool_episode.py).
+
+    `tool_schemas()`: the tools as OpenAI function definitions, the same for the whole
+    episode (the agent renders them at its start). The agent writes its calls in its reply
+    as Hermes blocks (src/language_models/tool_calls.py). After a reply with calls, the
+    observation text is their results as a user turn of `<tool_response>` blocks (what a
+    template without tools is fed, and what the chat records), and `tool_results()` are
+    the same results one by one, for an agent whose template has a tool role; None when the
+    last observation was not tool results (the first message, an error about a malformed
+    call), which then goes to the model as a user turn."""
+
+    def tool_schemas(self) -> list[dict[str, Any]]: ...
+
+    def tool_results(self) -> tuple[ToolResult, ...] | None: ...
 
 
 @dataclass

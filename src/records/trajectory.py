@@ -32,13 +32,6 @@ class Trajectory:
     messages_fed: int = 0
     turns_before: list[tuple[str, str]] = field(default_factory=list)
 
-    @property
-    def generation_budget(self) -> int | None:
-        """The most completion tokens these turns could have had."""
-        if self.max_new_tokens is None:
-            return None
-        return self.max_new_tokens * len(self.turn_spans)
-
     def append_context(self, ids: list[int]) -> None:
         self.token_ids.extend(ids)
         self.loss_mask.extend([0] * len(ids))

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from src.maths.intervals import success_with_interval
-from src.records.episode import EpisodeRecord, count_successes
+from src.records.episode import EpisodeRecord, count_successes, counted_records
 from src.storage.files import read_validated_json_lines
 
 ALL = "all"
@@ -37,7 +37,7 @@ def success_table(runs: dict[str, list[EpisodeRecord]],
     for name, selects in rows.items():
         cells = []
         for records in runs.values():
-            chosen = [record for record in records if selects(record)]
+            chosen = [record for record in counted_records(records) if selects(record)]
             wins = count_successes(chosen)
             cells.append(success_with_interval(wins, len(chosen)) if chosen else "-")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")

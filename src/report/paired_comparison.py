@@ -32,8 +32,9 @@ REWARD = "reward"
 
 def measure_of(name: str) -> Callable[[EpisodeRecord], float | None]:
     """The per-episode number a measure name stands for; None where the episode has none."""
-    if name == SUCCESS:
-        return lambda record: 100.0 * count_successes([record])
+    if name == SUCCESS:  # none where the episode counts in no success rate
+        return lambda record: (100.0 * count_successes([record]) if record.status.counted
+                               else None)
     if name == REWARD:
         return lambda record: record.reward
     return lambda record: record.metrics.get(name)

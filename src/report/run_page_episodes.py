@@ -21,7 +21,7 @@ from typing import Any
 
 from src.maths.intervals import success_with_interval
 from src.maths.spread import spread
-from src.records.episode import EpisodeRecord, count_successes
+from src.records.episode import EpisodeRecord, count_successes, counted_records
 from src.report.evaluation_table import ALL
 from src.report.paired_comparison import (
     REWARD,
@@ -122,7 +122,8 @@ def add_training_episodes(table: EpisodeTable, runs_file: Path) -> str | None:
 
 
 def _success_cell(records: list[EpisodeRecord]) -> str:
-    return success_with_interval(count_successes(records), len(records)) if records else "-"
+    counted = counted_records(records)
+    return success_with_interval(count_successes(counted), len(counted)) if counted else "-"
 
 
 def _paired(before: dict[str, EpisodeRecord], after: dict[str, EpisodeRecord],

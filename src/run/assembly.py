@@ -1,4 +1,5 @@
-"""From a validated config to live components: checked fully before any weights load.
+"""From a validated config to live components: checked fully before any weights load
+(a task's parameters by its own `check_parameters` too).
 
 Planning also decides which weights this process loads: a trained policy that every
 component naming it uses only for its adapter (the agent samples from a rollout pool, the
@@ -37,7 +38,7 @@ from src.language_models.language_model import BASE_WEIGHTS, LanguageModel, Name
 from src.run.callbacks import Callback, EpisodeTrainer
 from src.runtime.reproducibility import prepare_model_building
 from src.storage.state import Stateful
-from src.tasks.task import Task
+from src.tasks.task import Task, TaskSettingError
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,19 @@ def plan_component(spec: ComponentConfig | NestedComponentConfig,
                 f"names language model '{value}', which is not in language_model_list "
                 f"(have: {', '.join(sorted(language_models)) or 'none'})",
                 (*key_path, "parameters", name))
+    if issubclass(cls, Task):
+        _check_task_settings(cls, parameters, key_path, source)
     return ComponentPlan(key_path, spec.name or cls.__name__, cls, {**parameters, **nested})
+
+
+def _check_task_settings(cls: type[Task[Any]], parameters: dict[str, Any],
+                         key_path: tuple[str | int, ...], source: YamlSource) -> None:
+    """The task's own check that what its parameters name exists (a game, a dataset, an
+    argument), before any weights load: its refusal as a config error at the key's line."""
+    try:
+        cls.check_parameters(parameters)
+    except TaskSettingError as error:
+        raise source.error(error.message, (*key_path, "parameters", *error.key)) from error
 
 
 def _is_language_model_type(annotation: Any) -> bool:

@@ -20,6 +20,7 @@ from src.configuration.assignment import RESUME_SAFE_KEYS
 from src.configuration.errors import ConfigError
 from src.configuration.flat_names import translate_flat_names
 from src.configuration.yaml_source import YamlSource
+from src.records.episode import EpisodeRecord
 from src.storage.checkpoint_store import CheckpointStore, check_checkpoint
 from src.storage.files import (
     DamagedRunFolder,
@@ -29,13 +30,16 @@ from src.storage.files import (
     read_json,
     remove_stale_temporaries,
     storage_os_error,
+    temporary_target,
 )
 from src.storage.run_layout import (
     CONFIG_FILE,
+    EVALUATION_PREFIXES,
     METRICS_LOG,
     RUNS_LOG,
     STATE_FILE,
     SUMMARY_FILE,
+    evaluation_file,
 )
 
 TIMESTAMP = "{TIMESTAMP}"
@@ -65,11 +69,31 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
+def _differences(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Dotted key -> (old value, new value), for each key whose value differs."""
+    flat_old, flat_new = _flatten(old), _flatten(new)
+    return {key: (flat_old.get(key), flat_new.get(key))
+            for key in sorted(flat_old.keys() | flat_new.keys())
+            if flat_old.get(key) != flat_new.get(key)}
+
+
+def with_new_fields(model: type[BaseModel], stored: dict[str, Any]
+                    ) -> tuple[dict[str, Any], list[str]]:
+    """The stored config with the fields the code has gained since it was written, at
+    their defaults, and those fields' dotted keys: a field new to the code is not a change
+    of the run's config, but a resume says which it takes at their defaults. A stored
+    config the current models refuse is returned as it is (its differences are named)."""
+    try:
+        filled = model.model_validate(stored).model_dump(mode="json")
+    except ValidationError:
+        return stored, []
+    stored_keys = _flatten(stored).keys()
+    return filled, sorted(key for key in _flatten(filled) if key not in stored_keys)
+
+
 def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Dotted keys whose values differ, ignoring keys that do not change results."""
-    flat_old, flat_new = _flatten(old), _flatten(new)
-    return sorted(key for key in flat_old.keys() | flat_new.keys()
-                  if not _resume_safe(key) and flat_old.get(key) != flat_new.get(key))
+    return [key for key in _differences(old, new) if not _resume_safe(key)]
 
 
 def _resume_safe(key: str) -> bool:
@@ -98,7 +122,8 @@ class RunDirectory:
             for candidate in candidates:
                 run = cls(Path(candidate))
                 state = run.read_state()
-                if state and not state.finished and not config_changes(run.stored_config(), dump):
+                stored = with_new_fields(type(config), run.stored_config())[0] if state else {}
+                if state and not state.finished and not config_changes(stored, dump):
                     return run
         stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H-%M-%S")
         return cls(Path(pattern.replace(TIMESTAMP, stamp)))
@@ -139,32 +164,85 @@ class RunDirectory:
         return {}
 
     def start(self, config: BaseModel, config_path: Path) -> RunState:
-        """Create the folder, or check that a resumed run still has the same config."""
+        """Create the folder, or check that a resumed run may go on with `config`.
+
+        A folder that committed no batch starts afresh with `config`, whatever it was
+        started with (a run that failed before its first commit, resumed with its config
+        corrected). A resume-safe change (more batches, say) is written into the stored
+        config.yaml, which then says what the run went on with. A folder that holds
+        files but no run is refused untouched."""
+        self._check_is_a_run_or_new(config_path)
         self.path.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(self.path)
         dump = config.model_dump(mode="json")
         state = self.read_state()
         if state is not None:
-            changes = config_changes(self.stored_config(), dump)
-            if changes:
+            stored, new_fields = with_new_fields(type(config), self.stored_config())
+            changes = config_changes(stored, dump)
+            if changes and state.completed_batches == 0 and not state.finished:
+                print(f"{self.path} committed no batch: starting afresh with {config_path} "
+                      f"(changed: {', '.join(changes)})")
+            elif changes:
                 raise ConfigError(
                     f"{self.path} holds a run with a different config; changed: "
                     f"{', '.join(changes)}. Restore those keys to resume, or choose a new "
                     "output_dir.", file=str(config_path), key=changes[0])
-            if not state.finished:
-                self.check_committed_logs(state)
-                state = self.check_checkpoints(state)
-            return state
+            else:
+                if not state.finished:
+                    self.check_committed_logs(state)
+                    state = self.check_checkpoints(state)
+                    if new_fields:
+                        atomic_write_text(self.path / CONFIG_FILE,
+                                          yaml.safe_dump(stored, sort_keys=False))
+                        print(f"{self.path} was started before these settings existed; the "
+                              f"resume takes them at their defaults: {', '.join(new_fields)}")
+                    self._record_resume_safe_changes(stored, dump)
+                return state
         atomic_write_text(self.path / CONFIG_FILE, yaml.safe_dump(dump, sort_keys=False))
         state = RunState()
         self.write_state(state)
         return state
 
+    def _check_is_a_run_or_new(self, config_path: Path) -> None:
+        """Refuse a folder that holds files but no run: a run writes its files there and
+        cleans what it left half-written, so another folder (`..`, `/`) would be written
+        into. What a run writes before its commit point (config.yaml, the temporaries of
+        the two) may be there: a kill between those writes."""
+        if not self.path.exists() or (self.path / STATE_FILE).is_file():
+            return
+        if not self.path.is_dir():
+            raise ConfigError(f"output_dir {self.path} is a file, not a folder: choose "
+                              "another output_dir", file=str(config_path))
+        foreign = sorted(entry.name for entry in self.path.iterdir()
+                         if entry.name != CONFIG_FILE
+                         and temporary_target(entry.name) not in (CONFIG_FILE, STATE_FILE))
+        if foreign:
+            named = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more"
+                                              if len(foreign) > 5 else "")
+            raise ConfigError(
+                f"output_dir {self.path} holds files ({named}) but no run (no {STATE_FILE}): "
+                "a run starts only in a new or empty folder, or resumes its own. Choose "
+                "another output_dir.", file=str(config_path))
+
+    def _record_resume_safe_changes(self, stored: dict[str, Any], dump: dict[str, Any]
+                                    ) -> None:
+        """Write the config a resume goes on with over the stored one, where it changed
+        keys that may change on resume (max_batches, say), and say so."""
+        changed = _differences(stored, dump)
+        if not changed:
+            return
+        atomic_write_text(self.path / CONFIG_FILE, yaml.safe_dump(dump, sort_keys=False))
+        print(f"{self.path / CONFIG_FILE} now records what this resume changed: "
+              + ", ".join(f"{key} {old} -> {new}" for key, (old, new) in changed.items()))
+
     def check_committed_logs(self, state: RunState) -> None:
         """Refuse to resume when a log holds fewer bytes than the commit point recorded
         (restored from an older copy, cut by hand): the rows of committed batches are
-        gone, and cutting the log "back" would pad it with NUL bytes. Checked before any
-        weights load; the logs are left as they are."""
+        gone, and cutting the log "back" would pad it with NUL bytes. Refuse too where a
+        committed row does not parse (runs.jsonl and metrics.jsonl up to the commit point,
+        the evaluation files whose figures metrics.jsonl committed): the resumed run and
+        its report read them back, and would fail on them after the work, every time.
+        Checked before any weights load; the logs are left as they are."""
         for name, committed in ((RUNS_LOG, state.runs_bytes),
                                 (METRICS_LOG, state.metrics_bytes)):
             path = self.path / name
@@ -175,6 +253,23 @@ class RunDirectory:
                     f"{committed} of it (completed_batches {state.completed_batches}): rows "
                     "of committed batches are missing, so the run cannot resume. Restore "
                     f"the file as it was and run the same command again, or {NEW_RUN}.")
+        committed_by = (f"{self.path / STATE_FILE} committed its first {{bytes}} bytes "
+                        f"(completed_batches {state.completed_batches})")
+        for _ in _committed_rows(self.path / RUNS_LOG, state.runs_bytes, _episode_row,
+                                 committed_by.format(bytes=state.runs_bytes)):
+            pass
+        evaluated: set[tuple[int, str]] = set()  # (step, split) of each committed evaluation
+        for row in _committed_rows(self.path / METRICS_LOG, state.metrics_bytes, _metrics_row,
+                                   committed_by.format(bytes=state.metrics_bytes)):
+            evaluated |= {(row["step"], split) for split, prefix in EVALUATION_PREFIXES.items()
+                          if any(key.startswith(prefix) for key in row)}
+        for step, split in sorted(evaluated):
+            path = evaluation_file(self.path, step, split)
+            if path.is_file():
+                for _ in _committed_rows(path, path.stat().st_size, _episode_row,
+                                         f"{self.path / METRICS_LOG} committed its figures "
+                                         f"(the evaluation at step {step})"):
+                    pass
 
     def stores(self) -> list[CheckpointStore]:
         """Every checkpoint store the run has: each callback's, the task's, the agent's, a
@@ -205,7 +300,7 @@ class RunDirectory:
             try:
                 check_checkpoint(store.path(step))
             except DamagedRunFolder as error:
-                raise DamagedRunFolder(_damaged_checkpoint(error, store, step, stores)
+                raise DamagedRunFolder(damaged_checkpoint(error, store, step, stores)
                                        ) from error
         if not missing:
             return state
@@ -267,6 +362,55 @@ class RunDirectory:
         atomic_write_text(self.path / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
 
 
+Row = TypeVar("Row")
+
+
+def _episode_row(line: bytes) -> EpisodeRecord:
+    """A line of runs.jsonl or of an evaluation file, as its readers take it."""
+    return EpisodeRecord.model_validate_json(line)
+
+
+def _metrics_row(line: bytes) -> dict[str, Any]:
+    row = json.loads(line)
+    if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+        raise ValueError("not a mapping with an integer 'step'")
+    return row
+
+
+def _committed_rows(path: Path, committed: int, parse: Callable[[bytes], Row],
+                    committed_by: str) -> Iterator[Row]:
+    """Each row of the first `committed` bytes of the jsonl file `path`, parsed; a row
+    that does not parse, or one the commit point cuts, is refused naming its line."""
+    if committed == 0:
+        return
+    read = 0
+    with path.open("rb") as stream:
+        for number, line in enumerate(stream, start=1):
+            read += len(line)
+            try:
+                if read > committed or not line.endswith(b"\n"):
+                    raise ValueError("the commit point falls inside the row")
+                yield parse(line)
+            except ValueError as error:  # ValidationError and JSONDecodeError too
+                raise DamagedRunFolder(
+                    f"{path}:{number}: a committed row that does not parse "
+                    f"({_parse_problem(error)}); "
+                    f"{committed_by}, which the resumed run reads back. To resume, restore "
+                    f"the file from a copy of the run folder; or {NEW_RUN}.") from error
+            if read == committed:
+                return
+
+
+def _parse_problem(error: ValueError) -> str:
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        return f"{key}: {first['msg']}" if key else first["msg"]
+    if isinstance(error, json.JSONDecodeError):
+        return f"not JSON: {error.msg.removesuffix(' at')}, column {error.colno}"
+    return str(error)
+
+
 def _read_stored_config(path: Path) -> dict[str, Any]:
     """A run folder's config.yaml, which the run wrote as plain YAML: a tag (which could
     ask a loader to build objects) means someone else wrote it, and is refused."""
@@ -296,8 +440,8 @@ def _newest_common_step(stores: list[CheckpointStore], at_most: int) -> int:
     return max((step for step in common if step <= at_most), default=0)
 
 
-def _damaged_checkpoint(error: DamagedRunFolder, store: CheckpointStore, step: int,
-                        stores: list[CheckpointStore]) -> str:
+def damaged_checkpoint(error: DamagedRunFolder, store: CheckpointStore, step: int,
+                       stores: list[CheckpointStore]) -> str:
     folder = store.path(step)
     kept = [store.path(earlier).name for earlier in store.steps() if earlier < step]
     back_to = _newest_common_step(stores, step - 1)
@@ -339,8 +483,8 @@ def storage_guard(folder: Path) -> Iterator[None]:
     that fails a write probe. Any other error passes through unchanged."""
     try:
         yield
-    except StorageFailure:
-        raise
+    except (StorageFailure, ConfigError, DamagedRunFolder):
+        raise  # a refusal, not a failed write: nothing to probe
     except Exception as error:
         cause = storage_os_error(error, folder) or probe_writable(folder)
         if cause is None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from src.configuration.assignment import TrackersConfig
 from src.maths.spread import spread
-from src.records.episode import EpisodeRecord, EpisodeStatus, count_successes
+from src.records.episode import EpisodeRecord, EpisodeStatus, count_successes, counted_records
 from src.run.trackers import (
     Tracker,
     last_episodes_logged,
@@ -28,22 +28,26 @@ CHAT_CHARACTERS = 16_000  # a table's chat text is cut to this: trackers hold ta
 
 
 def episode_statistics(records: Sequence[EpisodeRecord], prefix: str = "") -> dict[str, float]:
-    """Mean reward, success rate, status shares and lengths over some episodes."""
+    """Mean reward, success rate and lengths over the episodes that gave the agent a turn
+    (`episodes` counts them), and each status's share of all."""
     if not records:
         return {}
-    rewards = [record.reward for record in records]
-    count = len(records)
-    stats = {
-        f"{prefix}reward": statistics.fmean(rewards),
-        f"{prefix}success_rate": count_successes(records) / count,
-        f"{prefix}turns/mean": statistics.fmean(r.turns for r in records),
-        f"{prefix}completions/mean_length": statistics.fmean(r.completion_tokens for r in records),
-        f"{prefix}episodes": float(count),
-    }
+    counted = counted_records(records)
+    stats: dict[str, float] = {}
+    if counted:
+        count = len(counted)
+        stats = {
+            f"{prefix}reward": statistics.fmean(r.reward for r in counted),
+            f"{prefix}success_rate": count_successes(counted) / count,
+            f"{prefix}turns/mean": statistics.fmean(r.turns for r in counted),
+            f"{prefix}completions/mean_length": statistics.fmean(
+                r.completion_tokens for r in counted),
+            f"{prefix}episodes": float(count),
+        }
     for status in EpisodeStatus:
         if status is not EpisodeStatus.RUNNING:
             stats[f"{prefix}status/{status.value}"] = (
-                sum(r.status is status for r in records) / count)
+                sum(r.status is status for r in records) / len(records))
     return stats
 
 

@@ -4,20 +4,26 @@ choose the best checkpoint. A reader follows a step's commit here, top to bottom
 A step is committed in one order whatever the pipeline (online RL batches, supervised
 steps, offline epochs):
   1. every stateful part writes its checkpoint (a trainer's, the task's, the agent's),
-     each in a fresh folder renamed into place whole; where a part has a best rule and
-     the step's figures make a new best by it, the protocol marks that checkpoint best
-     (best.json in it) before the rename;
+     each in a fresh folder renamed into place whole, with the sha256 of each file
+     (checksums.json) written last; where a part has a best rule and the step's figures
+     make a new best by it, the protocol marks that checkpoint best (best.json in it)
+     before the rename. The random generators a trainer saves are the process's as they
+     were at the batch boundary where a run marked one (`mark_batch_boundary`: a batch
+     rolling out ahead moves them meanwhile), else as they are;
   2. `run_state.json` records the step and the logs' byte offsets: the commit point;
   3. the trackers get the step's metrics;
   4. a checkpoint marked best is copied to its store's `best/`, and old checkpoints are
      pruned (the last 3 kept).
 A kill anywhere leaves either the previous commit point, with everything after it
-discarded on restore, or the new one; `best/` only ever comes from a committed step, and a
-restore finishes a copy a kill interrupted.
+discarded on restore, or the new one; `best/` only ever comes from a committed step. A
+restore finishes a copy a kill interrupted, and where the run resumes from before the step
+`best/` holds (a damaged latest checkpoint removed), takes `best/` back to the best of the
+steps it keeps, or to none.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from collections.abc import Mapping
@@ -25,16 +31,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from src.run.folder import RunDirectory, RunState
+from src.run.folder import RunDirectory, RunState, damaged_checkpoint
 from src.run.metrics import MetricsLog
-from src.storage.checkpoint_store import CheckpointStore
-from src.storage.files import JsonlLog, atomic_directory, atomic_write_json, read_json
+from src.storage.checkpoint_store import (
+    BEST,
+    BEST_MARK,
+    CheckpointStore,
+    marked_step,
+    read_checksums,
+    write_checksums,
+)
+from src.storage.files import (
+    DamagedRunFolder,
+    JsonlLog,
+    atomic_directory,
+    atomic_write_json,
+    read_json,
+)
 from src.storage.state import Stateful
+from src.training.rng_state import current_rng_state, saving_rng_state
 from src.training.training_state import ADAPTER, TRAINING_STEP
 
 CHECKPOINTS_KEPT = 3
-BEST = "best"  # a store's best/: the best checkpoint's adapter, training_step.json, best.json
-BEST_MARK = "best.json"  # in a checkpoint: marked best; in best/: which step it holds
 
 
 def improves(value: float | None, best: float | None,
@@ -105,23 +123,78 @@ class RunProtocol:
     runs_log: JsonlLog | None = None  # the online loop's episodes
     keep: int = CHECKPOINTS_KEPT
     state: RunState = field(default_factory=RunState)
+    # the process's random generators at the last batch boundary, for the next commit
+    boundary_rng_state: dict[str, Any] | None = field(default=None, repr=False)
 
     def restore(self, state: RunState) -> int:
-        """Cut the logs back to the commit point, drop every checkpoint past it, and
-        restore each part from it; the number of committed steps."""
+        """Take each store back to the commit point (checkpoints past it dropped, best/ the
+        best of the steps kept), cut the logs back to it and restore each part from its
+        checkpoint; the number of committed steps."""
         self.state = state
+        committed = state.completed_batches
+        # before the logs are cut: they tell a step a resume goes back before from one the
+        # run never reached
+        for part in self.parts:
+            part.store.prune(self.keep, committed)
+            best = self._best_of_steps_kept(part.store, committed)
+            part.best = best if part.best_rule else None
         if self.runs_log is not None:
             self.runs_log.truncate(state.runs_bytes)
         self.metrics.restore(state.metrics_bytes)
-        committed = state.completed_batches
-        for part in self.parts:
-            part.store.prune(self.keep, committed)
-            if committed > 0:
-                _promote_best(part.store, committed)  # a kill may have come before the copy
+        for part in self.parts if committed > 0 else []:
+            try:
                 part.owner.restore_state(part.store.path(committed))
-            mark = part.store.root / BEST / BEST_MARK
-            part.best = read_json(mark) if part.best_rule and mark.is_file() else None
+            except DamagedRunFolder as error:  # a file whose header and checksum passed
+                raise DamagedRunFolder(damaged_checkpoint(
+                    error, part.store, committed, [part.store for part in self.parts])
+                ) from error
         return committed
+
+    def _best_of_steps_kept(self, store: CheckpointStore, committed: int
+                            ) -> dict[str, Any] | None:
+        """best/ as the committed history has it, and its record: the newest checkpoint up
+        to `committed` marked best, copied again where best/ does not hold it (a kill came
+        before the copy, or best/ holds a step past `committed`, which a resume that went
+        back before it discards); else best/ as it is, where it holds a committed step;
+        else none. best/ naming a step the run never reached is refused."""
+        marked = [step for step in store.steps()
+                  if step <= committed and (store.path(step) / BEST_MARK).is_file()]
+        held = store.best_record()
+        held_step = None if held is None else marked_step(held, store.best_mark)
+        discarded = held_step is not None and held_step > committed
+        if discarded and held_step not in self._logged_steps():
+            raise DamagedRunFolder(
+                f"{store.best_mark}: names step {held_step}, which this run never reached "
+                f"(it committed {committed}, and {self.metrics.jsonl.path} logs no step "
+                f"{held_step}): best/ is not a checkpoint of this run. Put best/ back from a "
+                f"copy of the run folder, or remove {store.root / BEST} (the run then "
+                "chooses its best again from the checkpoints it keeps)")
+        if marked and (held_step is None or discarded or held_step < marked[-1]):
+            _promote_best(store, marked[-1])
+            held = store.best_record()
+        elif discarded:
+            store.remove_best()
+            held = None
+        if discarded:
+            print(f"{store.root / BEST} held step {held_step}, after step {committed} that "
+                  "the run resumes from: "
+                  + (f"it now holds step {marked[-1]}, the best of the steps kept" if marked
+                     else f"removed (no checkpoint kept up to step {committed} was best)"))
+        return held
+
+    def _logged_steps(self) -> set[int]:
+        """The steps metrics.jsonl holds rows of, those past the commit point included
+        (until the logs are cut back)."""
+        steps = set()
+        with self.metrics.jsonl.path.open("rb") as stream:
+            for line in stream:
+                try:
+                    row = json.loads(line)
+                except ValueError:  # a row a kill cut short
+                    continue
+                if isinstance(row, dict) and isinstance(row.get("step"), int):
+                    steps.add(row["step"])
+        return steps
 
     def logged_start(self) -> None:
         """Record what was logged before the first step (the evaluation at step 0), so
@@ -130,12 +203,22 @@ class RunProtocol:
         self.run.write_state(self.state)
         self.metrics.publish(self.state.metrics_bytes)
 
+    def mark_batch_boundary(self) -> None:
+        """Take the process's random generators as they are now, between two batches: the
+        next commit saves them as they were here. A run whose next batch starts before
+        this one is committed (a rollout ahead, in another thread, seeds and draws from the
+        process-global generators) calls it before that batch starts, so that a checkpoint
+        never holds a stream of an episode in flight."""
+        self.boundary_rng_state = current_rng_state()
+
     def commit(self, step: int, figures: Mapping[str, float] | None = None) -> None:
         """Commit `step`, whose figures (training and held-out) the best rules read."""
-        for part in self.parts:
-            with part.store.write(step) as folder:
-                part.owner.save_state(folder)
-                self._mark_if_best(part, step, figures or {}, folder)
+        boundary, self.boundary_rng_state = self.boundary_rng_state, None
+        with saving_rng_state(boundary):  # None: the generators as they are now
+            for part in self.parts:
+                with part.store.write(step) as folder:
+                    part.owner.save_state(folder)
+                    self._mark_if_best(part, step, figures or {}, folder)
         self.state = RunState(completed_batches=step,
                               runs_bytes=self.runs_log.size if self.runs_log else 0,
                               metrics_bytes=self.metrics.jsonl.size)
@@ -169,16 +252,20 @@ class RunProtocol:
 def _promote_best(store: CheckpointStore, step: int) -> None:
     """Copy checkpoint `step`'s adapter (and its policy version) to best/ if the step was
     marked best and best/ does not hold it yet (so doing it again after a resume is
-    harmless)."""
-    mark = store.path(step) / BEST_MARK
+    harmless). best/'s checksums of the copied files are the checkpoint's own."""
+    source = store.path(step)
+    mark = source / BEST_MARK
     if not mark.is_file():
         return
     record = read_json(mark)
-    current = store.root / BEST / BEST_MARK
-    if current.is_file() and read_json(current) == record:
+    if store.best_record() == record:
         return
+    recorded = read_checksums(source)
     with atomic_directory(store.root / BEST) as best:
-        shutil.copytree(store.path(step) / ADAPTER, best / ADAPTER)
-        if (store.path(step) / TRAINING_STEP).is_file():
-            shutil.copy2(store.path(step) / TRAINING_STEP, best / TRAINING_STEP)
+        shutil.copytree(source / ADAPTER, best / ADAPTER)
+        if (source / TRAINING_STEP).is_file():
+            shutil.copy2(source / TRAINING_STEP, best / TRAINING_STEP)
         atomic_write_json(best / BEST_MARK, record)
+        if recorded is not None:  # a checkpoint written before checksums were kept has none
+            write_checksums(best, {name: digest for name, digest in recorded.items()
+                                   if name.startswith(f"{ADAPTER}/") or name == TRAINING_STEP})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeoutError
@@ -11,7 +12,7 @@ from typing import Any, TypeVar
 
 from src.agents.agent import Agent, AgentReply
 from src.configuration.assignment import FaultPolicy
-from src.records.chat import Role
+from src.records.chat import ChatMessage, Role
 from src.records.episode import Episode, EpisodeStatus, Sample
 from src.run.callbacks import Callback
 from src.run.worker_thread import WorkerThread
@@ -21,27 +22,58 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+# the threads of environment calls left running past their bound, process-wide: a
+# thread cannot be killed, so `FaultPolicy.max_hung_calls` caps how many pile up
+_hung: list[WorkerThread] = []
+_hung_lock = threading.Lock()
+
+
+def hung_calls() -> int:
+    """How many environment calls left past their bound still run."""
+    with _hung_lock:
+        _hung[:] = [worker for worker in _hung if worker.alive]
+        return len(_hung)
+
+
 class _EnvironmentThread:
     """The thread an episode's environment runs in, each call bounded by `timeout_s`.
 
     One thread for all of an episode's calls (reset, steps, close), since resources such as
     a SQLite connection belong to the thread that opened them. A call past the bound raises
-    TimeoutError and leaves the thread behind (a daemon: it never holds up the exit).
+    TimeoutError and leaves the thread behind (a daemon: it never holds up the exit);
+    while `max_hung` such calls still run, no thread is started for a new episode (its
+    first call raises). The abandoned call is interrupted (`WorkerThread.interrupt`), so a
+    pure-Python loop stops at once; one blocked in C code runs on until that returns.
     Without a bound, calls run in the caller's thread.
     """
 
-    def __init__(self, name: str, timeout_s: float | None) -> None:
+    def __init__(self, name: str, timeout_s: float | None, max_hung: int) -> None:
+        self.name = name
         self.timeout_s = timeout_s
+        self.max_hung = max_hung
         self.stuck = False
-        self._worker = WorkerThread(name) if timeout_s is not None else None
+        self._worker: WorkerThread | None = None
 
     def call(self, function: Callable[[], T]) -> T:
-        if self._worker is None:
+        if self.timeout_s is None:
             return function()
+        if self._worker is None:
+            if (hung := hung_calls()) >= self.max_hung:
+                raise RuntimeError(
+                    f"{hung} environment calls still run past step_timeout_s="
+                    f"{self.timeout_s} (rollout.faults.max_hung_calls={self.max_hung}): no "
+                    "thread is started for another episode")
+            self._worker = WorkerThread(self.name)
+        future = self._worker.submit(function)
         try:
-            return self._worker.submit(function).result(timeout=self.timeout_s)
+            return future.result(timeout=self.timeout_s)
         except FutureTimeoutError:
+            if future.done():  # the environment's own TimeoutError: the same class as ours
+                raise
             self.stuck = True
+            self._worker.interrupt()
+            with _hung_lock:
+                _hung.append(self._worker)
             raise TimeoutError(f"the environment ran past step_timeout_s={self.timeout_s}"
                                ) from None
 
@@ -76,8 +108,10 @@ def roll_out_lockstep(samples: Sequence[tuple[Sample, int]], task: Task[Any], ag
     drop out while the others go on. At the end each group (episodes of one sample) gets
     its group-wise scores from the family, and every environment is closed. An
     environment that raises or overruns `faults.step_timeout_s` ends its episode as
-    `task_error`; a model call that still raises after `faults.model_retries` retries ends
-    the episodes it served as `agent_error`.
+    `task_error` (only its own: the others go on); one whose reset says it ended before
+    the agent's first turn (`EpisodeEnv.ended_before_agent`) is `no_agent_turn`; a model
+    call that still raises after `faults.model_retries` retries ends the episodes it served
+    as `agent_error`.
     """
     faults = faults or FaultPolicy()
     episodes: list[Episode] = []
@@ -86,7 +120,7 @@ def roll_out_lockstep(samples: Sequence[tuple[Sample, int]], task: Task[Any], ag
         for (sample, group_index), seed in zip(samples, seeds, strict=True):
             environment = task.new_episode()
             thread = _EnvironmentThread(f"episode-{sample.sample_id}-{group_index}",
-                                        faults.step_timeout_s)
+                                        faults.step_timeout_s, faults.max_hung_calls)
             episode = Episode(sample=sample, group_index=group_index, batch_index=batch_index,
                               task=environment)
             # before reset: closed even if the reset fails
@@ -96,7 +130,8 @@ def roll_out_lockstep(samples: Sequence[tuple[Sample, int]], task: Task[Any], ag
                 callback.on_session_created(episode)
             try:
                 observation, info = thread.call(functools.partial(
-                    environment.reset, seed=seed, options={"sample": sample}))
+                    environment.reset, seed=seed,
+                    options={"sample": sample, "group_index": group_index}))
             except Exception:  # a broken data row: this episode fails, the batch goes on
                 _record_failure(episode, EpisodeStatus.TASK_ERROR, "reset")
                 for callback in callbacks:
@@ -104,6 +139,13 @@ def roll_out_lockstep(samples: Sequence[tuple[Sample, int]], task: Task[Any], ag
                 continue
             episode.add_message(Role.USER, observation)
             episode.info.update(info)
+            if environment.ended_before_agent is not None:
+                # no turn of the agent's: nothing to score or train, in no success rate
+                episode.status = EpisodeStatus.NO_AGENT_TURN
+                episode.info["ended_before_agent"] = environment.ended_before_agent
+                for callback in callbacks:
+                    callback.on_task_complete(episode)
+                continue
             agent.start_episode(episode)
             for callback in callbacks:
                 callback.on_task_reset(episode)
@@ -119,10 +161,10 @@ def roll_out_lockstep(samples: Sequence[tuple[Sample, int]], task: Task[Any], ag
                 if replies is None:
                     pass  # _act ended them
                 elif replies[index].content is None:
+                    _record_exchange(episode, replies[index].exchange)
                     episode.status = replies[index].status or EpisodeStatus.AGENT_CONTEXT_LIMIT
                 else:
-                    _interact(episode, replies[index].content, thread_of[id(episode)],
-                              callbacks)
+                    _interact(episode, replies[index], thread_of[id(episode)], callbacks)
                 if not episode.running:
                     for callback in callbacks:
                         callback.on_task_complete(episode)
@@ -130,11 +172,14 @@ def roll_out_lockstep(samples: Sequence[tuple[Sample, int]], task: Task[Any], ag
         for episode in episodes:
             groups.setdefault(episode.sample.sample_id, []).append(episode)
         for group in groups.values():
-            # a failed episode has no outcome to score
-            scored = [episode for episode in group if not episode.status.failed]
+            # a failed episode has no outcome to score, one without an agent turn no reply
+            scored = [episode for episode in group
+                      if not episode.status.failed and episode.status.counted]
             if scored:
                 for episode, score in zip(scored, task.score_group(scored), strict=True):
                     episode.reward = score.reward
+                    if score.outcome is not None:
+                        episode.outcome = score.outcome
                     episode.metrics.update(score.metrics)
                     episode.info.update(score.info)
     finally:
@@ -158,13 +203,23 @@ def _act(agent: Agent, running: list[Episode], retries: int) -> list[AgentReply]
     return None
 
 
-def _interact(episode: Episode, reply: str, thread: _EnvironmentThread,
+def _record_exchange(episode: Episode, exchange: Sequence[ChatMessage]) -> None:
+    """The messages of a reply's model calls into the chat, a turn per sampled reply."""
+    episode.chat.extend(exchange)
+    episode.turns += sum(message.role is Role.AGENT for message in exchange)
+
+
+def _interact(episode: Episode, reply: AgentReply, thread: _EnvironmentThread,
               callbacks: Sequence[Callback]) -> None:
-    episode.add_message(Role.AGENT, reply)
-    episode.turns += 1
+    assert reply.content is not None
+    if reply.exchange:
+        _record_exchange(episode, reply.exchange)
+    else:
+        episode.add_message(Role.AGENT, reply.content)
+        episode.turns += 1
     try:
         observation, reward, terminated, truncated, info = thread.call(
-            functools.partial(episode.task.step, reply))
+            functools.partial(episode.task.step, reply.content))
     except Exception:  # the environment failed, not the model: keep the run alive
         _record_failure(episode, EpisodeStatus.TASK_ERROR, "step")
         return

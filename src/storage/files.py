@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -75,11 +76,26 @@ def atomic_directory(path: Path) -> Iterator[Path]:
             shutil.rmtree(temp, ignore_errors=True)
 
 
+# How atomic_write_text and atomic_directory name their temporaries: ".<target>." with
+# tempfile's 8 random characters, then ".tmp".
+_TEMPORARY = re.compile(r"\.(.+)\.[a-z0-9_]{8}\.tmp")
+
+
+def temporary_target(name: str) -> str | None:
+    """The name of the file or folder an atomic write was making, where `name` is one of
+    its temporaries; None for any other name."""
+    match = _TEMPORARY.fullmatch(name)
+    return match.group(1) if match else None
+
+
 def remove_stale_temporaries(folder: Path) -> None:
-    """Drop temp files and folders left by a process killed mid-write."""
+    """Drop temp files and folders left by a process killed mid-write: only those named
+    as the atomic writes here name them (any other file, `.notes.tmp` too, is kept)."""
     if not folder.is_dir():
         return
-    for entry in folder.glob(".*.tmp"):
+    for entry in folder.iterdir():
+        if temporary_target(entry.name) is None:
+            continue
         if entry.is_dir():
             shutil.rmtree(entry, ignore_errors=True)
         else:

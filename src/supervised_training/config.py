@@ -24,7 +24,9 @@ class OracleDemonstrations(StrictModel):
     """The task's expert (its `oracle_reply`) rolled through train samples; only the
     episodes it wins are kept. DB-bench's runs the reference SQL, reads the result and
     answers; math's gives the boxed answer; econ's decides by the rule policy, or the
-    planner with the task's `oracle_policy: planner`."""
+    planner with the task's `oracle_policy: planner`; math_python_tool's calls the python
+    tool on the problem and boxes its output. A tool task's episodes are kept with their
+    tools and tool results and tokenised as the LoRA agent renders a tool episode."""
 
     num_samples: PositiveInt | None = None  # the first N train samples; None: all
 

@@ -1,20 +1,27 @@
 """Demonstrations for the supervised stage: from the task's expert, a finished run's
 episodes (filtered by outcome and reward), or a jsonl of OpenAI-style chats; kept in the
-run folder so that a resumed run trains on exactly the same ones."""
+run folder so that a resumed run trains on exactly the same ones.
+
+A tool episode's demonstration (the expert's, on a task whose episodes offer tools,
+src/tasks/tool_episode.py) keeps the tools it was offered and the tool results of each
+of its user turns, so that it is tokenised as the LoRA agent renders a tool episode
+(src/language_models/chat_template.py's `ToolChat`)."""
 
 from __future__ import annotations
 
 import logging
 import random
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from src.agents.agent import AgentReply
 from src.agents.instance.oracle_agent import OracleAgent
 from src.records.chat import Role
-from src.records.episode import EpisodeRecord, Outcome
+from src.records.episode import Episode, EpisodeRecord, Outcome, ToolEnvironment, ToolResult
 from src.run.folder import resolve_latest
 from src.run.rollout import roll_out_lockstep
 from src.storage.files import atomic_write_text, read_validated_json_lines
@@ -46,6 +53,19 @@ class Demonstration(BaseModel):
     category: str = "default"
     system_prompt: str | None = None  # None: the agent's
     chat: list[tuple[Literal["user", "agent"], str]]
+    # a tool episode's: the tools offered (OpenAI function definitions; None: no tools)
+    # and, by chat index of a user turn, the tool results it held
+    tools: list[dict[str, Any]] | None = None
+    tool_results: dict[int, tuple[ToolResult, ...]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _results_of_user_turns(self) -> Demonstration:
+        for index in self.tool_results:
+            if self.tools is None or not 0 < index < len(self.chat) \
+                    or self.chat[index][0] != "user":
+                raise ValueError(f"tool_results[{index}]: tool results belong to a user turn "
+                                 f"after the first of a demonstration with tools")
+        return self
 
 
 class ChatMessageRow(BaseModel):
@@ -75,18 +95,43 @@ class ChatRow(BaseModel):
         return messages
 
 
+class _ToolNotingOracle(OracleAgent):
+    """The expert, noting what a tool episode offered: its tools at the start, and before
+    each reply the tool results that the observation being answered held."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tools: dict[int, list[dict[str, Any]]] = {}  # by id(episode)
+        self.results: dict[int, dict[int, tuple[ToolResult, ...]]] = {}
+
+    def _start_episode(self, episode: Episode) -> None:
+        if isinstance(episode.task, ToolEnvironment) and episode.task.tool_schemas():
+            self.tools[id(episode)] = episode.task.tool_schemas()
+            self.results[id(episode)] = {}
+
+    def _act(self, episodes: Sequence[Episode]) -> list[AgentReply]:
+        for episode in episodes:
+            task = episode.task
+            if id(episode) in self.tools and isinstance(task, ToolEnvironment) \
+                    and (results := task.tool_results()) is not None:
+                self.results[id(episode)][len(episode.chat) - 1] = results
+        return super()._act(episodes)
+
+
 def from_oracle(source: OracleDemonstrations, task: Task[Any]) -> list[Demonstration]:
     """The expert's winning episodes on the first train samples."""
     ids = list(task.sample_ids("train"))[:source.num_samples]
     kept: list[Demonstration] = []
-    agent = OracleAgent()
     for start in range(0, len(ids), ORACLE_CHUNK):
+        agent = _ToolNotingOracle()  # its notes are by id(episode): one rollout's
         pairs = [(task.get_sample(sample_id), 0) for sample_id in ids[start:start + ORACLE_CHUNK]]
         episodes = roll_out_lockstep(pairs, task, agent, 0, list(range(len(pairs))))
         kept += [Demonstration(source=f"oracle:{episode.sample.sample_id}",
                                category=episode.sample.category,
                                chat=[(message.role.value, message.content)
-                                     for message in episode.chat])
+                                     for message in episode.chat],
+                               tools=agent.tools.get(id(episode)),
+                               tool_results=agent.results.get(id(episode), {}))
                  for episode in episodes if episode.outcome is Outcome.CORRECT]
     logger.info("oracle: %d of %d train samples won, kept as demonstrations", len(kept), len(ids))
     return kept

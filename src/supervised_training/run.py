@@ -12,8 +12,13 @@ from typing import Any
 from src.agents.agent import Agent
 from src.configuration.errors import ConfigError
 from src.configuration.yaml_source import YamlSource
-from src.language_models.chat_template import demonstration_ids, probe_turn_boundary
+from src.language_models.chat_template import (
+    DemonstrationTools,
+    demonstration_ids,
+    probe_turn_boundary,
+)
 from src.language_models.language_model import LanguageModel, TrainableLanguageModel
+from src.language_models.tool_calls import template_renders_tools
 from src.report.run_end import end_of_run_report
 from src.run.assembly import instantiate
 from src.run.evaluation import Evaluator
@@ -121,17 +126,21 @@ def demonstration_rows(demonstrations: list[Demonstration],
                        language_model: TrainableLanguageModel,
                        system_prompt: str | None) -> TokenRows:
     """One row per demonstration that fits the model's context, tokenised as the agent
-    would have fed and sampled it."""
+    would have fed and sampled it (a tool episode's with its tools, as the agent renders
+    one)."""
     boundaries: dict[str | None, Any] = {}
     sequences, masks, too_long = [], [], 0
     limit = language_model.max_context_tokens
+    native = template_renders_tools(language_model.tokenizer)
     for demonstration in demonstrations:
         prompt = demonstration.system_prompt or system_prompt
         if prompt not in boundaries:
             boundaries[prompt] = probe_turn_boundary(language_model, prompt)
+        tools = None if demonstration.tools is None else DemonstrationTools(
+            demonstration.tools, native, demonstration.tool_results)
         try:
             ids, mask = demonstration_ids(language_model, boundaries[prompt], prompt,
-                                          demonstration.chat)
+                                          demonstration.chat, tools)
         except ValueError as error:
             raise DemonstrationError(f"{demonstration.source}: {error}") from error
         if len(ids) > limit:

@@ -1,5 +1,11 @@
 """Pulling the final answer out of a reply: the last `\\boxed{}` or the last `<answer>` tag.
 
+`final_answer` is what a reader would call the answer, in either form: the content after
+the reasoning block, with the whitespace around it stripped (`\\boxed{ 42 }` and
+`<answer>\n42\n</answer>` both answer "42", as reasoning-gym's own `extract_answer`
+strips its tag's content), and an empty one is no answer. Scorers that compare text
+exactly (most of reasoning-gym's) are given that.
+
 Replies are untrusted text, so each extraction is one pass over the reply (a reply of
 many unclosed `\\boxed{` costs no more than its length).
 """
@@ -7,12 +13,14 @@ many unclosed `\\boxed{` costs no more than its length).
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 # Longer extracted answers score 0 without reaching a scorer: math-verify and some
 # reasoning-gym scorers parse with sympy, whose time grows with what a policy writes.
 MAX_ANSWER_CHARS = 2_000
 _BOXED = re.compile(r"\\boxed\{")
 _OPEN_TAG, _CLOSE_TAG = "<answer>", "</answer>"
+AnswerFormat = Literal["boxed", "answer_tag"]
 
 
 def last_boxed_content(text: str) -> str | None:
@@ -37,7 +45,7 @@ def last_boxed_content(text: str) -> str | None:
 
 
 def last_answer_tag(text: str) -> str | None:
-    """The stripped content of the last `<answer>...</answer>`, or None (reasoning-gym's
+    """The content of the last `<answer>...</answer>`, as written, or None (reasoning-gym's
     and DeepSeek-R1-Zero's format).
 
     Tags pair left to right, each `<answer>` with the first `</answer>` after it, the next
@@ -51,9 +59,20 @@ def last_answer_tag(text: str) -> str | None:
             break
         content = text[start + len(_OPEN_TAG):end]
         position = end + len(_CLOSE_TAG)
-    return None if content is None else content.strip()
+    return content
 
 
 def answer_part(completion: str) -> str:
     """The text after the reasoning block, where the final answer is expected."""
     return completion.split("</think>")[-1]
+
+
+def final_answer(reply: str, answer_format: AnswerFormat) -> str | None:
+    """The reply's final answer in `answer_format` as a reader takes it (see the module
+    docstring): stripped of surrounding whitespace, None where there is none or it is
+    empty."""
+    text = answer_part(reply)
+    content = last_boxed_content(text) if answer_format == "boxed" else last_answer_tag(text)
+    if content is None:
+        return None
+    return content.strip() or None

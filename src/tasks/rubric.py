@@ -28,6 +28,14 @@ A task's own reward terms (the math family's) are built with `catch_errors=False
 failure is a bug in the task, not something a reply may do, so it raises, and the episode
 ends as `task_error` like any failure of its environment; nothing is caught, so no
 `<name>/error` metric is reported.
+
+Every function runs bounded in time (`timeout_s` a call, src/runtime/bounded_call.py): in
+a worker process that is killed when a reply keeps it computing (sympy on
+`9**9**9**9`, a loop), so a function must be importable there: a module-level def, or an
+object of a module-level class. An overrun is something a reply did, whichever the
+rubric: the function scores 0 and is listed in the episode's info under
+`scorer_timeouts`; where errors are counted it is also an error (`<name>/error` 1, its
+message in `reward_function_errors`) and the episode metric `scorer_timeout` is 1.
 """
 
 from __future__ import annotations
@@ -43,14 +51,17 @@ from typing import Any
 
 from src.configuration.components import import_dotted
 from src.records.episode import Sample
+from src.runtime.bounded_call import SCORER_TIMEOUT_S, BoundedFunction, BoundExceeded
 
 logger = logging.getLogger(__name__)
 
 REWARD_ARGUMENTS = ("reply", "answer", "sample", "sample_id", "prompt")
-# The loop's own per-episode figures (`eval/reward`, ...): a function of the same name
-# would overwrite them in the metrics.
-RESERVED_NAMES = frozenset({"reward", "success_rate", "episodes"})
+TIMEOUT_METRIC = "scorer_timeout"  # 1: a function ran past its bound on the reply
+# The loop's own per-episode figures (`eval/reward`, ...) and the rubric's: a function of
+# the same name would overwrite them in the metrics.
+RESERVED_NAMES = frozenset({"reward", "success_rate", "episodes", TIMEOUT_METRIC})
 ERRORS_KEY = "reward_function_errors"
+SCORER_TIMEOUTS_KEY = "scorer_timeouts"
 _MESSAGE_LIMIT = 500  # characters of a failure's message kept in the episode's info
 
 
@@ -69,45 +80,68 @@ RewardFunction = Callable[..., float | DetailedReward]
 @dataclass(frozen=True)
 class RubricScore:
     """One reply's scoring: the weighted sum, each function's value, the messages of the
-    functions that failed on it, and the functions' details as `<name>/<key>` metrics."""
+    functions that failed on it, the functions' details as `<name>/<key>` metrics, and
+    the functions that ran past their bound."""
 
     score: float
     values: dict[str, float]
     errors: dict[str, str]
     details: dict[str, float] = field(default_factory=dict)
     counts_errors: bool = True  # False: a rubric that lets failures raise
+    timeouts: tuple[str, ...] = ()
 
     def metrics(self) -> dict[str, float]:
         """The episode metrics: `<name>` (and `<name>/error` where errors are counted) for
-        every function, then the details."""
+        every function, `scorer_timeout` where errors are counted, then the details."""
         metrics: dict[str, float] = {}
         for name, value in self.values.items():
             metrics[name] = value
             if self.counts_errors:
                 metrics[f"{name}/error"] = float(name in self.errors)
+        if self.counts_errors:
+            metrics[TIMEOUT_METRIC] = float(bool(self.timeouts))
         return metrics | self.details
 
     def info(self) -> dict[str, Any]:
-        """The episode info entries: the failures' messages, where there were any."""
-        return {ERRORS_KEY: dict(self.errors)} if self.errors else {}
+        """The episode info entries: the failures' messages and the functions that ran
+        past their bound, where there were any."""
+        info: dict[str, Any] = {ERRORS_KEY: dict(self.errors)} if self.errors else {}
+        if self.timeouts:
+            info[SCORER_TIMEOUTS_KEY] = list(self.timeouts)
+        return info
 
 
 @dataclass(frozen=True)
 class _Entry:
     name: str
-    function: RewardFunction
+    function: BoundedFunction  # a `_Call` of the reward function
     weight: float
     arguments: frozenset[str]  # what the function is given, by keyword
+
+
+class _Call:
+    """A reward function as the worker process calls it: the sample, which crosses as a
+    plain dict, is made read-only again there."""
+
+    def __init__(self, function: RewardFunction, name: str) -> None:
+        self.function = function
+        self.__name__ = name
+
+    def __call__(self, given: dict[str, Any]) -> float | DetailedReward:
+        if "sample" in given:
+            given = given | {"sample": MappingProxyType(given["sample"])}
+        return self.function(**given)
 
 
 class Rubric:
     """Reward functions (callables, or dotted paths `package.module.function` as a config
     names them) with their weights, 1 each unless given; a function's name is its
-    `__name__`, so each must be a distinct `def`. `catch_errors`: see the module
-    docstring."""
+    `__name__`, so each must be a distinct `def`. `catch_errors` and `timeout_s` (each
+    call's bound): see the module docstring."""
 
     def __init__(self, funcs: Sequence[RewardFunction | str],
-                 weights: Sequence[float] | None = None, *, catch_errors: bool = True) -> None:
+                 weights: Sequence[float] | None = None, *, catch_errors: bool = True,
+                 timeout_s: float = SCORER_TIMEOUT_S) -> None:
         if not funcs:
             raise ValueError("a rubric needs at least one reward function")
         weights = [1.0] * len(funcs) if weights is None else list(weights)
@@ -122,9 +156,17 @@ class Rubric:
                                  "reported by name, so each needs its own")
             if not math.isfinite(weight):
                 raise ValueError(f"reward function '{name}': weight {weight} is not finite")
-            entries.append(_Entry(name, function, float(weight), _arguments_of(name, function)))
+            arguments = _arguments_of(name, function)
+            try:
+                bounded = BoundedFunction(_Call(function, name))
+            except ValueError as error:
+                raise ValueError(f"reward function {error}") from error
+            entries.append(_Entry(name, bounded, float(weight), arguments))
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         self._entries = tuple(entries)
         self.catch_errors = catch_errors
+        self.timeout_s = timeout_s
         self._failed: set[str] = set()  # functions whose first failure was logged
 
     @property
@@ -141,21 +183,30 @@ class Rubric:
         """Every function on `reply` to `sample`, asked as `prompt`. Raises for what a
         function does only without `catch_errors`: see the module docstring."""
         given = {"reply": reply, "answer": sample.data.get("answer"),
-                 "sample": MappingProxyType(sample.data), "sample_id": sample.sample_id,
+                 "sample": dict(sample.data), "sample_id": sample.sample_id,
                  "prompt": prompt}
         values: dict[str, float] = {}
         errors: dict[str, str] = {}
         details: dict[str, float] = {}
+        timeouts: list[str] = []
         for entry in self._entries:
             try:
-                result = entry.function(**{key: given[key] for key in entry.arguments})
+                result = entry.function({key: given[key] for key in entry.arguments},
+                                        timeout_s=self.timeout_s)
                 values[entry.name], own = self._checked(result)
             except Exception as error:  # untrusted replies: see the module docstring
-                if not self.catch_errors:
+                overran = isinstance(error, BoundExceeded)
+                if overran:
+                    timeouts.append(entry.name)
+                    logger.warning("reward function '%s': %s; scored 0", entry.name, error)
+                elif not self.catch_errors:
                     raise
                 values[entry.name] = 0.0
+                if not self.catch_errors:
+                    continue
+                values[entry.name] = 0.0
                 errors[entry.name] = f"{type(error).__name__}: {error}"[:_MESSAGE_LIMIT]
-                if entry.name not in self._failed:
+                if not overran and entry.name not in self._failed:
                     self._failed.add(entry.name)
                     logger.warning("reward function '%s' failed (scored 0; later failures "
                                    "only counted in metric %s/error)", entry.name,
@@ -164,7 +215,7 @@ class Rubric:
             details.update((f"{entry.name}/{key}", value) for key, value in own.items())
         score = sum(entry.weight * values[entry.name] for entry in self._entries)
         return RubricScore(score=score, values=values, errors=errors, details=details,
-                           counts_errors=self.catch_errors)
+                           counts_errors=self.catch_errors, timeouts=tuple(timeouts))
 
     def _checked(self, result: Any) -> tuple[float, dict[str, float]]:
         """The value and the details of what a function returned; TypeError or ValueError

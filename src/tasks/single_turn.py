@@ -101,6 +101,12 @@ class SingleTurnTask(Task["SingleTurnEpisode"]):
     def new_episode(self) -> SingleTurnEpisode:
         return SingleTurnEpisode(self)
 
+    def outcome_of_reward(self, reward: float) -> Outcome:
+        """Correct from `threshold` on: the reply's rubric score, or the reward a
+        subclass's group scoring made of it."""
+        correct = reward >= self.threshold - _THRESHOLD_TOLERANCE
+        return Outcome.CORRECT if correct else Outcome.INCORRECT
+
 
 class SingleTurnEpisode(EpisodeEnv[SingleTurnTask]):
     """One prompt, one reply scored by the family's rubric; the episode then ends."""
@@ -114,9 +120,8 @@ class SingleTurnEpisode(EpisodeEnv[SingleTurnTask]):
     def _step(self, action: str) -> StepOutcome:
         assert self.sample is not None
         scored = self.family.rubric.score(action, self.sample, self._prompt)
-        correct = scored.score >= self.family.threshold - _THRESHOLD_TOLERANCE
         return StepOutcome("", reward=scored.score, terminated=True,
-                           outcome=Outcome.CORRECT if correct else Outcome.INCORRECT,
+                           outcome=self.family.outcome_of_reward(scored.score),
                            metrics=scored.metrics(), info=scored.info())
 
     def _oracle_reply(self) -> str:

@@ -22,11 +22,12 @@ validation figure was never used to choose anything.
 
 from __future__ import annotations
 
+import difflib
 import math
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Generic, TypeVar, final
 
 import gymnasium
@@ -39,6 +40,9 @@ SPLITS = ("train", "validation", "selection")
 # where the config is read (`--dry_run` too), not when the task is built
 Rounds = Annotated[int, Field(ge=1)]
 _TEXT_SPACE = gymnasium.spaces.Text(max_length=1_000_000)
+# An observation longer than this is cut (with a note saying so) before any agent reads or
+# tokenizes it and before the chat is logged: an environment may answer with megabytes
+MAX_OBSERVATION_CHARS = 20_000
 
 EpisodeT = TypeVar("EpisodeT", bound="EpisodeEnv[Any]")
 TaskT = TypeVar("TaskT", bound="Task[Any]")
@@ -94,12 +98,32 @@ class StepOutcome:
 
 @dataclass(frozen=True)
 class EpisodeScore:
-    """An episode's reward once its group has ended, and the metrics and info entries the
-    group's scoring adds to it."""
+    """An episode's reward once its group has ended, the metrics and info entries the
+    group's scoring adds to it, and its outcome: None leaves it to `Task.score_group`
+    (the task's rule on the final reward, else the outcome the episode ended with)."""
 
     reward: float
     metrics: Mapping[str, float] = field(default_factory=dict)
     info: Mapping[str, Any] = field(default_factory=dict)
+    outcome: Outcome | None = None
+
+
+class TaskSettingError(ValueError):
+    """A task parameter names something its environment does not have (a game id, a
+    dataset, an argument). `key` is the parameter's path under the task's `parameters`,
+    such as ("env_kwargs", "max_digit"), so the config error can name the file and line."""
+
+    def __init__(self, key: Sequence[str | int], message: str) -> None:
+        super().__init__(message)
+        self.key = tuple(key)
+        self.message = message
+
+
+def unknown_name(kind: str, name: str, known: Sequence[str]) -> str:
+    """'unknown <kind> 'name'' with the closest known names, for a TaskSettingError."""
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown {kind} '{name}'{hint}"
 
 
 class Task(ABC, Generic[EpisodeT]):
@@ -108,12 +132,23 @@ class Task(ABC, Generic[EpisodeT]):
     Attributes:
         max_round: the most replies an episode takes; at the limit the episode is
             truncated (status `task_limit_reached`).
+        max_observation_chars: the longest observation an agent is given; a longer one is
+            cut to it, with a note saying so (a task may expose it as a parameter).
     """
+
+    max_observation_chars: int = MAX_OBSERVATION_CHARS
 
     def __init__(self, max_round: int = 1) -> None:
         if max_round < 1:
             raise ValueError(f"max_round must be at least 1, got {max_round}")
         self.max_round = max_round
+
+    # ---- settings ------------------------------------------------------------------
+    @classmethod
+    def check_parameters(cls, parameters: Mapping[str, Any]) -> None:
+        """Checks, without building the task or loading a model, that what `parameters`
+        name exists (an environment id, a dataset, its arguments): raises TaskSettingError.
+        Called where a config is read, `--dry_run` included. The default checks nothing."""
 
     # ---- samples -------------------------------------------------------------------
     @abstractmethod
@@ -148,7 +183,20 @@ class Task(ABC, Generic[EpisodeT]):
         if len(scores) != len(episodes):
             raise ValueError(f"{type(self).__name__}._score_group gave {len(scores)} scores "
                              f"for {len(episodes)} episodes")
-        return scores
+        # success rates and the best checkpoint read the outcome: where the task's outcome
+        # is a rule on the reward, it is the rule on the final reward (a group term may
+        # have changed it); an episode the task did not end itself keeps its own
+        return [score if score.outcome is not None or episode.status is not
+                EpisodeStatus.COMPLETED else replace(
+                    score, outcome=self.outcome_of_reward(score.reward))
+                for episode, score in zip(episodes, scores, strict=True)]
+
+    def outcome_of_reward(self, reward: float) -> Outcome | None:
+        """The task's rule from an episode's final reward to its outcome (a success
+        threshold), applied by `score_group` after the group's scoring; None where the
+        outcome is not a rule on the reward (the answer's correctness, whatever terms the
+        reward adds), and then the outcome the episode ended with stands."""
+        return None
 
     # ---- resources -----------------------------------------------------------------
     def close(self) -> None:
@@ -169,7 +217,12 @@ class EpisodeEnv(gymnasium.Env[str, str], ABC, Generic[TaskT]):
     Attributes:
         family: the task family that handed it out (settings, samples, caches).
         sample: the sample of the episode under way (None before the first reset).
+        group_index: which of its sample's group the episode is (reset's option
+            `group_index`, 0 without it), for a task whose group members differ (sides).
         round_index: replies stepped since the last reset.
+        ended_before_agent: why the episode was over before the agent's first turn (a
+            game its opponent decided), set by `_reset`; the rollout then ends it as
+            `no_agent_turn` without asking the agent. None for an episode under way.
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
@@ -179,13 +232,16 @@ class EpisodeEnv(gymnasium.Env[str, str], ABC, Generic[TaskT]):
     def __init__(self, family: TaskT) -> None:
         self.family = family
         self.sample: Sample | None = None
+        self.group_index = 0
         self.round_index = 0
+        self.ended_before_agent: str | None = None
 
     # ---- gymnasium API -------------------------------------------------------------
     @final
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        """Start an episode on options={'sample': Sample} or {'sample_id': id}."""
+        """Start an episode on options={'sample': Sample} or {'sample_id': id}, with
+        'group_index' for its place in its group."""
         super().reset(seed=seed)
         options = options or {}
         sample = options.get("sample")
@@ -194,12 +250,15 @@ class EpisodeEnv(gymnasium.Env[str, str], ABC, Generic[TaskT]):
                 raise ValueError("reset needs options={'sample': Sample} or {'sample_id': id}")
             sample = self.family.get_sample(options["sample_id"])
         self.sample = sample
+        self.group_index = int(options.get("group_index", 0))
         self.round_index = 0
+        self.ended_before_agent = None
         observation = self._reset(sample)
         if not isinstance(observation, str):
             raise TypeError(f"{type(self).__name__}._reset gave a {type(observation).__name__}"
                             f" for sample {sample.sample_id}, not the observation text")
-        return observation, {"sample_id": sample.sample_id, "category": sample.category}
+        return (self._bounded(observation),
+                {"sample_id": sample.sample_id, "category": sample.category})
 
     @final
     def step(self, action: str) -> tuple[str, float, bool, bool, StepInfo]:
@@ -225,7 +284,15 @@ class EpisodeEnv(gymnasium.Env[str, str], ABC, Generic[TaskT]):
         info = StepInfo(status=status, outcome=outcome,
                         metrics={name: float(value) for name, value in result.metrics.items()},
                         extras=dict(result.info))
-        return result.observation, reward, result.terminated, truncated, info
+        return self._bounded(result.observation), reward, result.terminated, truncated, info
+
+    def _bounded(self, observation: str) -> str:
+        """The observation, cut to the family's `max_observation_chars` with a note."""
+        limit = self.family.max_observation_chars
+        if len(observation) <= limit:
+            return observation
+        return (f"{observation[:limit]}\n[... the observation was cut here: "
+                f"{len(observation)} characters; the first {limit} are kept]")
 
     @final
     def oracle_reply(self) -> str:

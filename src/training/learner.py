@@ -17,6 +17,7 @@ import torch
 
 from src.configuration.components import import_dotted
 from src.language_models.language_model import ScoredTokens, TrainableLanguageModel
+from src.storage.files import DamagedRunFolder
 from src.training.micro_batches import (
     automatic_token_budget,
     split_by_token_budget,
@@ -31,7 +32,12 @@ from src.training.optimisation import (
 from src.training.settings import OptimizerSettings
 from src.training.token_metrics import TokenMetrics
 from src.training.token_rows import TokenRows
-from src.training.training_state import load_training_state, save_training_state
+from src.training.training_state import (
+    OPTIMIZER,
+    load_training_state,
+    non_finite_weights,
+    save_training_state,
+)
 
 
 class Objective(Protocol):
@@ -40,6 +46,10 @@ class Objective(Protocol):
 
     def __call__(self, part: TokenRows, scored: ScoredTokens, totals: MiniBatchTotals,
                  metrics: TokenMetrics) -> torch.Tensor: ...
+
+
+class NonFiniteUpdate(RuntimeError):
+    """An optimiser step left NaN or infinite values in the trainable weights."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +158,7 @@ class Learner:
         on the rows of micro-batches another shard scores). `adapter`: score with these
         values of the trainable parameters in place of the current ones (the KL
         reference's starting adapter); the current ones are back afterwards."""
+        rows.check_within(self.model.max_context_tokens)
         self.model.eval_mode()
         scores = torch.zeros_like(rows.batch.loss_mask)
         current = self._swap_trainable(adapter) if adapter is not None else None
@@ -175,6 +186,7 @@ class Learner:
                metrics: TokenMetrics, temperature: float = 1.0) -> StepResult:
         """Accumulate the objective's gradient over the mini-batch `indices` in
         micro-batches, then take one clipped optimiser step."""
+        rows.check_within(self.model.max_context_tokens)
         self.model.train_mode(dropout=objective.dropout)
         mini_mask = rows.batch.loss_mask[list(indices)]
         totals = MiniBatchTotals(num_sequences=len(indices), num_tokens=float(mini_mask.sum()),
@@ -196,6 +208,14 @@ class Learner:
                                       self.settings.max_grad_norm)
         self.step += 1
         self.model.eval_mode()
+        damaged = non_finite_weights(self.model)
+        if damaged:  # every later sample and step would be NaN: stop before committing it
+            raise NonFiniteUpdate(
+                f"optimiser step {self.step} (loss {step_loss}, gradient norm {norm}) left "
+                f"values that are not finite numbers in {damaged} of the adapter's tensors; "
+                "the run stops here, before committing them, and its last committed "
+                "checkpoint is as it was. A loss or gradient that overflows (a learning rate "
+                "too high, no optimizer.max_grad_norm) does this")
         return StepResult(step_loss, norm, learning_rate)
 
     @property
@@ -213,7 +233,12 @@ class Learner:
     def restore(self, directory: Path, restore_optimizer: bool = True) -> dict[str, Any]:
         saved = load_training_state(directory, self.model)
         if restore_optimizer:
-            self.load_optimizer_state(saved.optimizer_state, saved.scheduler_state)
+            try:
+                self.load_optimizer_state(saved.optimizer_state, saved.scheduler_state)
+            except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as error:
+                raise DamagedRunFolder(f"{directory / OPTIMIZER}: not the state of this "
+                                       f"trainer's optimiser ({type(error).__name__}: "
+                                       f"{error})") from error
         self.step = saved.extra["optimizer_step"]
         if AUTO_BUDGET_KEY in saved.extra:
             self.fix_token_budget(saved.extra[AUTO_BUDGET_KEY])

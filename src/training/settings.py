@@ -59,14 +59,17 @@ class AdvantageSettings(_Settings):
 class PPOSettings(_Settings):
     """The policy loss and how a batch is stepped through.
 
-    Each name means its paper's form unless a setting says otherwise: `loss: gspo`
-    averages each sequence's tokens, then the sequences (seq-mean-token-mean), so a long
-    reply weighs as much as a short one; `advantage.estimator: dr_grpo` divides each
-    sequence's token sum by a constant, the generation budget (seq-mean-token-sum-norm);
-    GRPO, PPO and REINFORCE average over the mini-batch's tokens (token-mean, as TRL and
-    verl do by default for GRPO). A given `aggregation` overrides the paper's; gspo with
-    dr_grpo must give one. Advantages are not clipped unless `advantage.clip` is set: a
-    clip breaks a group's zero sum once |A| reaches it (GRPO's largest is (G-1)/sqrt(G))."""
+    A name's default aggregation follows its paper unless a setting says otherwise:
+    `loss: gspo` averages each sequence's tokens, then the sequences
+    (seq-mean-token-mean), so a long reply weighs as much as a short one;
+    `advantage.estimator: dr_grpo` divides each sequence's token sum by a constant, the
+    generation budget (seq-mean-token-sum-norm, see `norm_length`); GRPO, PPO and
+    REINFORCE average over the mini-batch's tokens (token-mean, as TRL and verl do by
+    default for GRPO; DeepSeekMath's GRPO itself averages each sequence's tokens, then
+    the sequences: seq-mean-token-mean). A given `aggregation` overrides the default;
+    gspo with dr_grpo must give one. Advantages are not clipped unless `advantage.clip` is
+    set: a clip breaks a group's zero sum once |A| reaches it (GRPO's largest is
+    (G-1)/sqrt(G))."""
 
     # ppo_clip: each token's ratio in the clipped surrogate; reinforce: -A logp, no ratio;
     # gspo: one ratio per sequence (the geometric mean of its tokens'), clipped as a whole;
@@ -82,8 +85,11 @@ class PPOSettings(_Settings):
     # seq-mean-token-sum-norm (Dr. GRPO): token sum / (sequences x norm_length).
     # None: the papers' form for the names chosen (`loss_aggregation`)
     aggregation: LossAggregation | None = None
-    # seq-mean-token-sum-norm's constant length; None = the generation budget (the
-    # agent's max_new_tokens per sampled turn), as Dr. GRPO and TRL use
+    # seq-mean-token-sum-norm's constant: a generation budget per episode, the same for
+    # every batch (Dr. GRPO's MAX_TOKENS). None: the agent's max_new_tokens, a reply's
+    # budget, as Dr. GRPO and TRL use; for episodes of several turns give the budget of an
+    # episode (max_new_tokens x turns) to keep a one-reply loss scale. Never the batch's
+    # longest episode, which would scale every other episode's gradient by it
     norm_length: int | None = Field(None, ge=1)
     entropy_coeff: float = 0.0  # > 0 adds an entropy bonus to the loss
     # episodes whose last reply hit max_new_tokens add nothing to the loss
@@ -103,7 +109,8 @@ class PPOSettings(_Settings):
 
 # The aggregation each name's paper uses: GSPO averages each sequence's tokens, then the
 # sequences (seq-mean-token-mean); Dr. GRPO sums tokens and divides by a constant length
-# (seq-mean-token-sum-norm); GRPO, PPO and REINFORCE here average over tokens.
+# (seq-mean-token-sum-norm); GRPO, PPO and REINFORCE here average over tokens (TRL's and
+# verl's default, not DeepSeekMath's sequence mean of token means).
 PAPER_AGGREGATION: dict[str, LossAggregation] = {"gspo": "seq-mean-token-mean",
                                                  "dr_grpo": "seq-mean-token-sum-norm"}
 

@@ -40,6 +40,16 @@ class TokenRows:
     def lengths(self) -> list[int]:
         return self.batch.attention_mask.sum(-1).tolist()
 
+    def check_within(self, max_tokens: int) -> None:
+        """ValueError naming the rows longer than `max_tokens` (the model's context): a
+        row past it is never trained on or scored, its positions mean nothing to the
+        model and its cost has no bound."""
+        past = [(row, length) for row, length in enumerate(self.lengths) if length > max_tokens]
+        if past:
+            listed = ", ".join(f"row {row} has {length} tokens" for row, length in past[:5])
+            raise ValueError(f"{listed}, past the model's context of {max_tokens} tokens "
+                             f"({len(past)} such rows): cut them to it before training")
+
     def sequences(self) -> list[list[int]]:
         """Each row's tokens, without padding."""
         return [ids[:length].tolist() for ids, length

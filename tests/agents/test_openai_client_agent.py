@@ -82,6 +82,33 @@ def megabytes_agent(client, messages: list[dict[str, str]]) -> str:
         {"role": "user", "content": "2 + 2? " * 1_000_000}]).choices[0].message.content
 
 
+SECOND_CALL_ANSWERED = threading.Event()  # set once the concurrent agent's calls ended
+CONCURRENT: list[str] = []  # how each of its two concurrent calls ended
+
+
+def concurrent_agent(client, messages: list[dict[str, str]]) -> str:
+    """Sends two calls of its episode at once (from threads of its own), the episode of
+    group 0; the other episode calls once the two have ended, so that the first of the
+    two is held in the lockstep batch while the second arrives."""
+    if "(waits)" in messages[0]["content"]:
+        SECOND_CALL_ANSWERED.wait(30)
+        return answering_agent(client, messages)
+
+    def call() -> None:
+        try:
+            CONCURRENT.append(answering_agent(client, messages))
+        except Exception as error:  # noqa: BLE001 - the test reads how each call ended
+            CONCURRENT.append(f"{type(error).__name__}: {error}")
+            SECOND_CALL_ANSWERED.set()
+
+    threads = [threading.Thread(target=call) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return CONCURRENT[-1]
+
+
 @pytest.fixture(scope="module")
 def model(tiny_model_path: Path) -> HuggingfaceLoRALanguageModel:
     return HuggingfaceLoRALanguageModel(model_name_or_path=str(tiny_model_path))
@@ -170,3 +197,23 @@ def test_a_prompt_too_long_to_fit_is_refused_before_it_is_tokenized(model) -> No
     _, episodes = roll_out(model, "megabytes_agent", episodes=1, max_round=1)
     assert episodes[0].status is EpisodeStatus.AGENT_CONTEXT_LIMIT
     assert time.monotonic() - started < 5.0
+
+
+def test_concurrent_calls_of_one_episode_are_refused_one_answered(model) -> None:
+    CONCURRENT.clear()
+    SECOND_CALL_ANSWERED.clear()
+    agent = OpenAIClientAgent(model, f"{__name__}.concurrent_agent", max_new_tokens=12)
+    task = MathProblemsTask(max_round=1, num_train=8, num_validation=2)
+    calling, waiting = task.get_sample("train-000000"), task.get_sample("train-000001")
+    waiting = waiting.model_copy(update={"data": {**waiting.data, "question": "1 + 1 (waits)"}})
+    try:
+        episodes = roll_out_lockstep([(calling, 0), (waiting, 0)], task, agent, 0, [0, 1])
+    finally:
+        agent.endpoint.close()
+    refused = [result for result in CONCURRENT if "call_in_flight" in result]
+    assert len(CONCURRENT) == 2 and len(refused) == 1
+    assert "another call of this episode is being answered" in refused[0]
+    # one prompt and one reply in the trajectory: the refused call left no trace in it
+    trajectory = episodes[0].trajectory
+    assert len(trajectory.turn_spans) == 1
+    assert episodes[0].status is EpisodeStatus.COMPLETED

@@ -162,3 +162,43 @@ def test_numbers_are_strict_and_task_limits_checked_before_anything_runs(
     text = VALID.format(output=tmp_path / "run").replace(old, new)
     with pytest.raises(ConfigError, match=problem):
         plan(write(tmp_path, text))
+
+
+@pytest.mark.parametrize("text", [
+    "a: " + "[" * 900 + "]" * 900 + "\n",  # written nested, flow style
+    "".join("  " * level + f"k{level}:\n" for level in range(900)) + "  " * 900 + "x: 1\n",
+    # shallow as written, 1,000 levels deep once each alias stands for what it names
+    "a0: &a0 " + "[" * 90 + "1" + "]" * 90 + "\n" + "".join(
+        f"a{level}: &a{level} " + "[" * 90 + f"*a{level - 1}" + "]" * 90 + "\n"
+        for level in range(1, 12)),
+], ids=["flow", "block", "aliases"])
+def test_nesting_past_the_depth_limit_is_a_config_error_naming_the_file(
+        tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from src.run_experiment import main
+
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=rf"{path}.*nested deeper than 64 levels"):
+        YamlSource(path)
+    assert main(["--config_path", str(path), "--dry_run"]) == 2
+    assert f"config error: {path}" in capsys.readouterr().err
+
+
+def test_a_config_file_past_the_size_cap_is_refused_unread(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from src.configuration.yaml_source import MAX_FILE_BYTES
+    from src.run_experiment import main
+
+    path = write(tmp_path, "assignment_config:\n  output_dir: x\n")
+    with path.open("a") as stream:  # a comment, so that only the size is wrong
+        stream.write("#" + "x" * MAX_FILE_BYTES + "\n")
+    with pytest.raises(ConfigError, match=rf"{path}: .*more than 4 MiB, the cap on a config file: refused"):
+        YamlSource(path)
+    assert main(["--config_path", str(path), "--dry_run"]) == 2
+    assert "more than 4 MiB" in capsys.readouterr().err
+
+
+def test_an_alias_inside_the_value_it_names_is_a_config_error_at_its_line(
+        tmp_path: Path) -> None:
+    path = write(tmp_path, "assignment_config:\n  output_dir: x\n  a: &a {b: [*a]}\n")
+    with pytest.raises(ConfigError, match=rf"{path}:3: an alias inside the value it names"):
+        YamlSource(path)

@@ -43,7 +43,8 @@ def write_run(folder: Path, model: HuggingfaceLoRALanguageModel) -> None:
     store = folder / "callback_state" / "rl_training"
     model.save_adapter(store / "checkpoint-000001" / ADAPTER)
     model.save_adapter(store / BEST / ADAPTER)
-    (store / BEST / BEST_MARK).write_text(json.dumps({"metric": "reward", "value": 0.5}))
+    (store / BEST / BEST_MARK).write_text(json.dumps({"step": 1, "metric": "reward",
+                                                     "value": 0.5}))
     (store / "checkpoint-000002" / ADAPTER).mkdir(parents=True)
     (folder / "run_state.json").write_text(json.dumps({"completed_batches": 1}))
 

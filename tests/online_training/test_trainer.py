@@ -96,7 +96,7 @@ def test_splitting_into_micro_batches_gives_the_same_update(tiny_model_path: Pat
             model, kl=KLSettings(coef=0.1), ppo=PPOSettings(entropy_coeff=0.01),
             optimizer=OptimizerSettings(learning_rate=1e-2, micro_batch_max_tokens=budget))
         callback.prepare(TrainingSchedule(1, episodes_per_batch=4))
-        rows = callback._token_rows([episode.trajectory for episode in episodes])
+        rows, _ = callback._token_rows([episode.trajectory for episode in episodes])
         micro_batches = callback.learner.micro_batches(rows, range(len(episodes)))
         assert len(micro_batches) == (1 if budget is None else 6)
         callback.train(BatchContext(0, episodes, 3))
@@ -264,6 +264,44 @@ def test_dr_grpo_divides_by_the_generation_budget(tiny_model_path: Path) -> None
     # at ratio 1 the loss is -sum_i A_i |y_i| / (G * budget)
     expected = -(advantages * torch.tensor(lengths, dtype=torch.float32)).sum() / (3 * 20)
     assert metrics["loss"] == pytest.approx(expected.item(), abs=1e-3)
+
+
+def test_dr_grpos_constant_is_the_same_whatever_else_is_in_the_batch(
+        tiny_model_path: Path) -> None:
+    """A long episode in the batch once multiplied every episode's denominator by its
+    turns (max_new_tokens x turns of the longest): the constant is the configured budget,
+    the same for every batch."""
+    model = make_model(tiny_model_path)
+    episodes = sampled_episodes(model, [[1.0, 0.0, 0.0]], max_new_tokens=12)
+    first = episodes[0].trajectory
+    sampled = first.token_ids[first.prompt_token_count:]
+    for _ in range(5):  # five more turns of 12 tokens: an observation, then a reply
+        first.append_context(sampled[:3])
+        first.append_sampled(sampled, [0.0] * len(sampled), "length", 0, max_new_tokens=12)
+    lengths = [episode.trajectory.completion_token_count for episode in episodes]
+    assert lengths[0] == 6 * lengths[1]
+    metrics = first_update(model, episodes, 3, advantage=AdvantageSettings(estimator="dr_grpo"),
+                           mismatch=MismatchSettings(old_logprobs="trainer"))
+    advantages = torch.tensor([2 / 3, -1 / 3, -1 / 3])
+    # at ratio 1 the loss is -sum_i A_i |y_i| / (G * the budget of a reply)
+    expected = -(advantages * torch.tensor(lengths, dtype=torch.float32)).sum() / (3 * 12)
+    assert expected.abs() > 0.5
+    assert metrics["loss"] == pytest.approx(expected.item(), rel=1e-3)
+
+
+def test_a_row_past_the_models_context_is_cut_to_it_and_trained_as_before(
+        tiny_model_path: Path) -> None:
+    """An environment's huge last observation (the episode then ended at the context
+    limit) once made the update run backward over the whole row, far past the context."""
+    model = make_model(tiny_model_path)
+    episodes = sampled_episodes(model, [[1.0, 0.0, 0.0]])
+    reference = first_update(make_model(tiny_model_path), episodes, 3)
+    flooded = episodes[0].trajectory
+    flooded.append_context([7] * (model.max_context_tokens * 3))  # after its reply
+    metrics = first_update(model, episodes, 3)
+    assert metrics["rows/cut_to_context"] == 1.0
+    assert metrics["loss"] == pytest.approx(reference["loss"], abs=1e-6)
+    assert "rows/cut_to_context" not in reference
 
 
 def test_kl_in_reward_leaves_groups_with_equal_task_returns_at_zero(tiny_model_path: Path) -> None:

@@ -29,3 +29,17 @@ def test_categories_then_all_then_prompt_tokens(tmp_path: Path) -> None:
     assert lines[3].startswith("| select | 0.0%")
     assert lines[4] == "| **all** | 0.0% [0.0, 65.8] (0/2) | 50.0% [9.5, 90.5] (1/2) |"
     assert lines[5] == "| mean prompt tokens per episode | 100 | 400 |"
+
+
+def test_an_episode_without_an_agent_turn_is_in_no_success_rate(tmp_path: Path) -> None:
+    # a game its opponent decided before the agent's turn: neither a success nor a trial
+    rows = [EpisodeRecord(sample_id=f"validation-{index:06d}", group_index=0, batch_index=0,
+                          category="game", status=status, outcome=outcome, reward=0.0,
+                          turns=1, prompt_tokens=10, completion_tokens=1,
+                          chat=[ChatMessage(role="user", content="q")])
+            for index, (status, outcome) in enumerate([("completed", "correct"),
+                                                       ("no_agent_turn", "unknown")])]
+    path = tmp_path / "game.jsonl"
+    path.write_text("".join(json.dumps(row.model_dump(mode="json")) + "\n" for row in rows))
+    lines = evaluation_table({"run": path}).splitlines()
+    assert lines[2].endswith("(1/1) |") and lines[3].endswith("(1/1) |")

@@ -18,7 +18,8 @@ class FlakyMathTask(MathProblemsTask):
                  step_garbage_rate: float = 0.0, hang_s: float = 3600.0,
                  num_train: int = 256, num_validation: int = 64,
                  levels: list[int] | None = None, reward_weights: dict[str, float] | None = None,
-                 worked_example: bool = True, seed: int = 0) -> None:
+                 worked_example: bool = True, seed: int = 0,
+                 step_error: type[Exception] = RuntimeError) -> None:
         super().__init__(num_train=num_train, num_validation=num_validation, levels=levels,
                          reward_weights=reward_weights, worked_example=worked_example,
                          seed=seed)
@@ -26,6 +27,7 @@ class FlakyMathTask(MathProblemsTask):
         self.step_hang_rate = step_hang_rate
         self.step_garbage_rate = step_garbage_rate
         self.hang_s = hang_s
+        self.step_error = step_error  # the exception class a failing step raises
 
     def new_episode(self) -> MathEpisode:
         return FlakyMathEpisode(self)
@@ -40,7 +42,7 @@ class FlakyMathEpisode(MathEpisode):
         draw = random.Random(f"{self.np_random_seed}-{self.sample.sample_id}-"
                              f"{self.round_index}").random()
         if draw < family.step_error_rate:
-            raise RuntimeError("injected step failure")
+            raise family.step_error("injected step failure")
         draw -= family.step_error_rate
         if draw < family.step_hang_rate:
             time.sleep(family.hang_s)

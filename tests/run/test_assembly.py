@@ -4,12 +4,16 @@ without its base weights; any other keeps them, and a config cannot ask otherwis
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from src.configuration.errors import ConfigError
+from src.records.episode import Sample
 from src.run.assembly import ExperimentPlan, load_experiment_config, plan_experiment
+from src.tasks.task import Task, TaskSettingError, unknown_name
 from tests.conftest import PROJECT_ROOT
 
 ASSIGNMENT = """\
@@ -78,3 +82,90 @@ def test_a_policy_asked_to_go_without_base_weights_where_it_samples_is_refused(
 def test_the_32b_recipe_drives_its_workers_without_base_weights() -> None:
     path = PROJECT_ROOT / "configs" / "assignments" / "math_qwen3_32b_vllm_tp4.yaml"
     assert _base_weights(plan_experiment(*load_experiment_config(path))) == "meta"
+
+
+GAMES = ("GuessTheNumber-v0", "TicTacToe-v0")
+
+
+class NamedGameTask(Task[Any]):
+    """A task whose settings name a game and its arguments, checked as an adapter's are
+    (without building anything)."""
+
+    def __init__(self, game: str = GAMES[0], game_kwargs: dict[str, Any] | None = None) -> None:
+        super().__init__()
+
+    @classmethod
+    def check_parameters(cls, parameters: Mapping[str, Any]) -> None:
+        if parameters["game"] not in GAMES:
+            raise TaskSettingError(("game",), unknown_name("game", parameters["game"], GAMES))
+        for key in parameters["game_kwargs"] or {}:
+            if key != "max_digits":
+                raise TaskSettingError(("game_kwargs", key),
+                                       unknown_name("argument", key, ["max_digits"]))
+
+    def sample_ids(self, split: str = "train") -> list[str]:
+        return []
+
+    def _get_sample(self, sample_id: str) -> Sample:
+        raise KeyError(sample_id)
+
+    def new_episode(self) -> Any:
+        raise NotImplementedError("never built: its settings are refused")
+
+
+NAMED_GAME = f"""\
+assignment_config:
+  output_dir: {{output}}
+  task:
+    module: {__name__}.NamedGameTask
+    name: game
+    parameters:
+      game: {{game}}
+      game_kwargs:
+        {{argument}}: 3
+  agent:
+    name: oracle_agent
+"""
+
+
+@pytest.mark.parametrize(("game", "argument", "line", "key", "problem"), [
+    ("GuessTheNumbr-v0", "max_digits", 7, "game",
+     "unknown game 'GuessTheNumbr-v0'; did you mean 'GuessTheNumber-v0'?"),
+    ("TicTacToe-v0", "max_digit", 9, "game_kwargs.max_digit",
+     "unknown argument 'max_digit'; did you mean 'max_digits'?"),
+])
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_task_setting_its_environment_lacks_is_a_config_error_at_its_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], game: str, argument: str,
+        line: int, key: str, problem: str, dry_run: bool) -> None:
+    from src.run_experiment import main
+
+    path = tmp_path / "assignment.yaml"
+    path.write_text(NAMED_GAME.format(output=tmp_path / "run", game=game, argument=argument))
+    assert main(["--config_path", str(path), *(["--dry_run"] if dry_run else [])]) == 2
+    assert capsys.readouterr().err == (
+        f"config error: {path}:{line}, key 'assignment_config.task.parameters.{key}': "
+        f"{problem}\n")
+    assert not (tmp_path / "run").exists()  # refused before the run folder is made
+
+
+@pytest.mark.parametrize(("old", "new", "line", "key", "problem"), [
+    ("dataset: chain_sum", "dataset: basic_arithmatic", 18, "dataset",
+     "unknown reasoning-gym dataset 'basic_arithmatic'; did you mean 'basic_arithmetic'"),
+    ("max_digits: 1}", "max_digit: 1}", 19, "config.max_digit",
+     "unknown parameter of reasoning-gym's 'chain_sum' 'max_digit'; did you mean "
+     "'max_digits'"),
+])
+def test_a_misspelt_reasoning_gym_setting_fails_the_dry_run_at_its_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, line: int,
+        key: str, problem: str) -> None:
+    pytest.importorskip("reasoning_gym", reason="the reasoning-gym adapter's package")
+    from src.run_experiment import main
+
+    recipe = PROJECT_ROOT / "configs" / "assignments" / "reasoning_gym_grpo.yaml"
+    path = tmp_path / "reasoning_gym.yaml"
+    path.write_text(recipe.read_text().replace(old, new))
+    assert main(["--config_path", str(path), "--dry_run"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"config error: {path}:{line}, key "
+                            f"'assignment_config.task.parameters.{key}': {problem}"), error

@@ -1,17 +1,22 @@
 """The commit protocol: the best rule chooses among committed steps by their figures, best/
-is copied only after the commit point (once, and again after a kill before the copy), and a
-resumed run goes on from the best so far."""
+is copied only after the commit point (once, and again after a kill before the copy), a
+resumed run goes on from the best so far, and a resume that goes back before the best step
+(a damaged latest checkpoint removed) takes best/ back to the history it keeps."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+import pytest
+
 from src.configuration.assignment import TrackersConfig
-from src.run.folder import RunDirectory, RunState
+from src.run.folder import TRAINING_STATE, RunDirectory, RunState
 from src.run.metrics import MetricsLog
 from src.run.protocol import BEST, BestRule, Part, RunProtocol, improves
 from src.storage.checkpoint_store import CheckpointStore
+from src.storage.files import DamagedRunFolder
 from src.storage.state import Stateful
 
 
@@ -30,9 +35,10 @@ class Weights(Stateful):
         self.step = int(text.removeprefix("step "))
 
 
-def _protocol(folder: Path, rule: BestRule | None) -> tuple[RunProtocol, Weights, Path]:
+def _protocol(folder: Path, rule: BestRule | None, store_name: str = "trainer"
+              ) -> tuple[RunProtocol, Weights, Path]:
     folder.mkdir(exist_ok=True)
-    owner, store = Weights(), CheckpointStore(folder / "trainer")
+    owner, store = Weights(), CheckpointStore(folder / store_name)
     metrics = MetricsLog(folder, TrackersConfig(tensorboard=False))
     return RunProtocol(RunDirectory(folder), metrics, [Part(store, owner, rule)]), owner, store.root
 
@@ -101,6 +107,56 @@ def test_a_best_record_of_an_earlier_run_keeps_its_value_by_metric(tmp_path: Pat
     resumed.restore(RunDirectory(folder).read_state())
     _commit(resumed, owner, 2, {"margin": 0.5})
     assert json.loads((root / BEST / "best.json").read_text())["epoch"] == 1
+
+
+@pytest.mark.parametrize(("rewards", "best_after"), [
+    ([0.1, 0.3, 0.2, 0.5], 2),  # step 2, marked best, is kept: best/ goes back to it
+    ([0.3, 0.1, 0.2, 0.5], None),  # step 1, the best before step 4, is pruned: none
+])
+def test_removing_the_latest_checkpoint_takes_best_back_to_the_history_kept(
+        tmp_path: Path, rewards: list[float], best_after: int | None) -> None:
+    folder = tmp_path / "run"
+    protocol, owner, root = _protocol(folder, BestRule("reward"), TRAINING_STATE)
+    RunDirectory(folder).write_state(RunState())
+    for step, reward in enumerate(rewards, start=1):
+        _commit(protocol, owner, step, {"reward": reward})
+    assert json.loads((root / BEST / "best.json").read_text())["step"] == 4
+    # what the damaged-checkpoint message advises: remove it, resume from the one before
+    shutil.rmtree(root / "checkpoint-000004")
+    run = RunDirectory(folder)
+    state = run.check_checkpoints(run.read_state())
+    assert state.completed_batches == 3
+
+    resumed, owner, _ = _protocol(folder, BestRule("reward"), TRAINING_STATE)
+    assert resumed.restore(state) == 3 and owner.step == 3
+    if best_after is None:
+        assert resumed.best() is None and not (root / BEST).exists()
+    else:
+        record = {"step": best_after, "metric": "reward", "value": rewards[best_after - 1]}
+        assert resumed.best() == record
+        assert json.loads((root / BEST / "best.json").read_text()) == record
+        assert (root / BEST / "lora_weights" / "weights.txt").read_text() == f"step {best_after}"
+    # the redone step 4 is judged against the best of the history kept
+    _commit(resumed, owner, 4, {"reward": 0.25})
+    assert (json.loads((root / BEST / "best.json").read_text())["step"]
+            == (2 if best_after == 2 else 4))
+
+
+@pytest.mark.parametrize(("step", "problem"), [
+    (99, "names step 99, which this run never reached"),
+    ("two", "names no committed step"),
+])
+def test_a_best_record_naming_no_step_of_the_run_is_refused(tmp_path: Path, step: object,
+                                                            problem: str) -> None:
+    folder = tmp_path / "run"
+    protocol, owner, root = _protocol(folder, BestRule("reward"))
+    for committed in (1, 2):
+        _commit(protocol, owner, committed, {"reward": 0.1 * committed})
+    (root / BEST / "best.json").write_text(json.dumps({"step": step, "metric": "reward",
+                                                       "value": 0.9}))
+    resumed, _, _ = _protocol(folder, BestRule("reward"))
+    with pytest.raises(DamagedRunFolder, match=problem):
+        resumed.restore(RunDirectory(folder).read_state())
 
 
 def test_the_best_rule_never_takes_a_value_that_is_not_a_finite_number() -> None:

@@ -13,7 +13,7 @@ from src.agents.agent import AgentReply
 from src.agents.instance.oracle_agent import OracleAgent
 from src.configuration.assignment import FaultPolicy
 from src.records.episode import Episode, EpisodeStatus
-from src.run.rollout import roll_out_lockstep
+from src.run.rollout import hung_calls, roll_out_lockstep
 from tests.conftest import PROJECT_ROOT
 from tests.run.flaky_math_task import FlakyMathTask
 from tests.run_folders import process_command
@@ -33,6 +33,19 @@ def test_a_hanging_step_ends_its_episode_at_the_timeout() -> None:
     assert time.monotonic() - start < 20  # 8 steps of 0.2 s, not 8 minutes
     assert {e.status for e in episodes} == {EpisodeStatus.TASK_ERROR}
     assert all("step_timeout_s=0.2" in e.error for e in episodes)
+
+
+def test_an_environments_own_timeout_error_is_its_failure_not_a_hung_call() -> None:
+    # TimeoutError is also what a bounded wait raises: the step's own one must not be
+    # mistaken for the step running past its bound (and counted as a hung call)
+    task = FlakyMathTask(step_error_rate=1.0, step_error=TimeoutError, num_train=4,
+                         num_validation=1)
+    hung_before = hung_calls()
+    episodes = roll_out(task, OracleAgent(), FaultPolicy(step_timeout_s=30.0))
+    assert {e.status for e in episodes} == {EpisodeStatus.TASK_ERROR}
+    assert all("injected step failure" in e.error for e in episodes)
+    assert not any("step_timeout_s" in e.error for e in episodes)
+    assert hung_calls() == hung_before
 
 
 def test_garbage_or_an_exception_from_a_step_is_a_task_error() -> None:

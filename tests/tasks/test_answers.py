@@ -8,7 +8,7 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
-from src.tasks.answers import last_answer_tag, last_boxed_content
+from src.tasks.answers import final_answer, last_answer_tag, last_boxed_content
 
 
 def boxed_by_definition(text: str) -> str | None:
@@ -42,14 +42,26 @@ def test_many_unclosed_boxes_are_read_in_one_pass() -> None:
 
 
 def test_answer_tags() -> None:
-    assert last_answer_tag("<answer> 3 </answer> then <answer>\n12\n</answer>") == "12"
+    assert last_answer_tag("<answer> 3 </answer> then <answer>\n12\n</answer>") == "\n12\n"
     assert last_answer_tag("<answer>unclosed") is None
+
+
+def test_the_final_answer_is_normalised_the_same_in_both_formats() -> None:
+    for answer_format, reply in [("boxed", "so \\boxed{ 42 }"), ("boxed", "\\boxed{\n42\t}"),
+                                 ("answer_tag", "<answer> 42\n</answer>"),
+                                 ("answer_tag", "<think>\\boxed{1}</think><answer>42</answer>")]:
+        assert final_answer(reply, answer_format) == "42"
+    # the reasoning block is not the answer; an empty one is none
+    assert final_answer("<think>\\boxed{42}</think> so", "boxed") is None
+    assert final_answer("\\boxed{ }", "boxed") is None
+    assert final_answer("<answer>\n</answer>", "answer_tag") is None
+    assert final_answer("\\boxed{a { b } }", "boxed") == "a { b }"
 
 
 def answer_tag_by_definition(text: str) -> str | None:
     """The definition: the last of the regular expression's non-overlapping matches."""
-    matches = re.findall(r"<answer>\s?(.*?)\s?</answer>", text, re.DOTALL)
-    return matches[-1].strip() if matches else None
+    matches = re.findall(r"<answer>(.*?)</answer>", text, re.DOTALL)
+    return matches[-1] if matches else None
 
 
 @given(st.lists(st.sampled_from(["<answer>", "</answer>", "a", "7", " ", "\n"]), max_size=40))

@@ -5,13 +5,14 @@ run (or, for a task's own functions, raise)."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from src.records.episode import Sample
-from src.tasks.rubric import ERRORS_KEY, DetailedReward, Rubric
+from src.tasks.rubric import ERRORS_KEY, SCORER_TIMEOUTS_KEY, DetailedReward, Rubric
 
 FIELDS = {"question": "France", "answer": "Paris", "category": "europe"}
 SAMPLE = Sample(sample_id="train-000007", category="europe", data=FIELDS)
@@ -34,31 +35,41 @@ def test_the_score_is_the_weighted_sum_and_each_value_a_metric() -> None:
     scored = rubric.score("Paris", SAMPLE, "What is the capital of France?")
     assert scored.score == 1.25 and scored.values == {"exact": 1.0, "brief": 1.0}
     assert scored.metrics() == {"exact": 1.0, "exact/error": 0.0,
-                                "brief": 1.0, "brief/error": 0.0}
+                                "brief": 1.0, "brief/error": 0.0, "scorer_timeout": 0.0}
     assert scored.info() == {}
     assert rubric.score("It is Lyon, I think", SAMPLE, "").score == 0.0
     assert Rubric([exact, brief]).score("Paris", SAMPLE, "").score == 2.0  # weights 1
 
 
+def everything(**given: Any) -> DetailedReward:
+    """What it was given, as figures (a function runs in the scoring process, so it tells
+    what it saw through its value)."""
+    try:
+        given["sample"]["answer"] = "Lyon"
+        writable = 1.0
+    except TypeError:  # the sample is read-only to reward functions
+        writable = 0.0
+    return DetailedReward(0.5, {
+        "given": float(sorted(given) == ["answer", "prompt", "reply", "sample", "sample_id"]),
+        "seen": float((given["reply"], given["answer"], given["prompt"], given["sample_id"],
+                       dict(given["sample"])) == ("Paris", "Paris", "asked", "train-000007",
+                                                  FIELDS)),
+        "writable": writable})
+
+
+def fields(sample: Mapping[str, Any], prompt: str, scale: float = 2.0) -> DetailedReward:
+    return DetailedReward(0.0, {"seen": float((dict(sample), prompt, scale)
+                                              == (FIELDS, "asked", 2.0))})
+
+
 def test_each_function_gets_only_the_arguments_it_names() -> None:
-    seen: dict[str, Any] = {}
-
-    def everything(**given: Any) -> float:
-        seen.update(given)
-        return 0.5
-
-    def fields(sample: Mapping[str, Any], prompt: str, scale: float = 2.0) -> float:
-        seen["fields"] = (dict(sample), prompt, scale)
-        return 0.0
-
     rubric = Rubric([everything, fields], weights=[-2.0, 1.0])
     assert rubric.arguments == {"reply", "answer", "sample", "sample_id", "prompt"}
-    assert rubric.score("Paris", SAMPLE, "asked").score == -1.0  # negative weights penalise
-    assert seen["reply"] == "Paris" and seen["answer"] == "Paris" and seen["prompt"] == "asked"
-    assert seen["sample_id"] == "train-000007"
-    assert seen["fields"] == (FIELDS, "asked", 2.0)  # a default of its own is left alone
-    with pytest.raises(TypeError):  # the sample is read-only to reward functions
-        seen["sample"]["answer"] = "Lyon"
+    scored = rubric.score("Paris", SAMPLE, "asked")
+    assert scored.score == -1.0  # negative weights penalise
+    # a default of its own is left alone
+    assert scored.details == {"everything/given": 1.0, "everything/seen": 1.0,
+                              "everything/writable": 0.0, "fields/seen": 1.0}
 
 
 def test_a_function_that_raises_scores_zero_with_an_error_metric(caplog) -> None:
@@ -76,12 +87,14 @@ def test_a_function_that_raises_scores_zero_with_an_error_metric(caplog) -> None
     assert ERRORS_KEY not in rubric.score("Paris", SAMPLE, "").info()
 
 
-@pytest.mark.parametrize("value", [None, "1", float("nan"), float("inf"), True])
-def test_a_value_that_is_not_a_finite_number_is_an_error(value: Any) -> None:
-    def odd(reply: str) -> Any:
-        return value
+def odd(reply: str) -> Any:
+    return {"none": None, "text": "1", "nan": float("nan"), "inf": float("inf"),
+            "bool": True}[reply]
 
-    scored = Rubric([odd]).score("Paris", SAMPLE, "")
+
+@pytest.mark.parametrize("value", ["none", "text", "nan", "inf", "bool"])
+def test_a_value_that_is_not_a_finite_number_is_an_error(value: str) -> None:
+    scored = Rubric([odd]).score(value, SAMPLE, "")
     assert scored.score == 0.0 and scored.metrics()["odd/error"] == 1.0
 
 
@@ -100,27 +113,54 @@ def test_the_sum_adds_the_functions_in_their_order() -> None:
     assert Rubric([brief, another, one], [0.3, 0.2, 0.1]).score("Paris", SAMPLE, "").score == 0.6
 
 
-def test_details_are_reported_beside_the_value_and_not_added() -> None:
-    def verified(reply: str) -> DetailedReward:
-        return DetailedReward(0.5, {"hit": True, "length": 5})
+def verified(reply: str) -> DetailedReward:
+    return DetailedReward(0.5, {"hit": True, "length": 5})
 
+
+def clashing(reply: str) -> DetailedReward:
+    return DetailedReward(1.0, {"error": 0.0})  # would overwrite clashing/error
+
+
+def unbounded(reply: str) -> DetailedReward:
+    return DetailedReward(1.0, {"margin": float("nan")})  # a figure no mean survives
+
+
+def test_details_are_reported_beside_the_value_and_not_added() -> None:
     scored = Rubric([verified, brief], weights=[2.0, 1.0]).score("Paris", SAMPLE, "")
     assert scored.score == 2.0 and scored.details == {"verified/hit": 1.0, "verified/length": 5.0}
     assert scored.metrics() == {"verified": 0.5, "verified/error": 0.0, "brief": 1.0,
-                                "brief/error": 0.0, "verified/hit": 1.0, "verified/length": 5.0}
-
-    def clashing(reply: str) -> DetailedReward:
-        return DetailedReward(1.0, {"error": 0.0})  # would overwrite clashing/error
-
+                                "brief/error": 0.0, "scorer_timeout": 0.0,
+                                "verified/hit": 1.0, "verified/length": 5.0}
     scored = Rubric([clashing]).score("Paris", SAMPLE, "")
-    assert scored.score == 0.0 and scored.metrics() == {"clashing": 0.0, "clashing/error": 1.0}
-
-    def unbounded(reply: str) -> DetailedReward:
-        return DetailedReward(1.0, {"margin": float("nan")})  # a figure no mean survives
-
+    assert scored.score == 0.0 and scored.metrics() == {"clashing": 0.0, "clashing/error": 1.0,
+                                                        "scorer_timeout": 0.0}
     scored = Rubric([unbounded]).score("Paris", SAMPLE, "")
     assert scored.score == 0.0 and scored.metrics() == {"unbounded": 0.0,
-                                                        "unbounded/error": 1.0}
+                                                        "unbounded/error": 1.0,
+                                                        "scorer_timeout": 0.0}
+
+
+def endless(reply: str) -> float:
+    while reply:  # a pure-Python loop on what the reply says
+        pass
+    return 1.0
+
+
+def test_a_function_past_its_bound_scores_zero_with_a_timeout_metric() -> None:
+    started = time.monotonic()
+    scored = Rubric([endless, brief], timeout_s=1.0).score("Paris", SAMPLE, "")
+    assert time.monotonic() - started < 30.0
+    assert scored.score == 1.0 and scored.values == {"endless": 0.0, "brief": 1.0}
+    assert scored.metrics() == {"endless": 0.0, "endless/error": 1.0, "brief": 1.0,
+                                "brief/error": 0.0, "scorer_timeout": 1.0}
+    assert scored.info()[SCORER_TIMEOUTS_KEY] == ["endless"]
+    assert scored.info()[ERRORS_KEY] == {"endless": "BoundExceeded: endless ran past 1 s"}
+    # a task's own functions: scored 0 too, not raised (a reply did it, not the task)
+    trusted = Rubric([endless, brief], timeout_s=1.0, catch_errors=False).score(
+        "Paris", SAMPLE, "")
+    assert trusted.score == 1.0 and trusted.metrics() == {"endless": 0.0, "brief": 1.0}
+    assert trusted.info() == {SCORER_TIMEOUTS_KEY: ["endless"]}
+    assert Rubric([endless, brief]).score("", SAMPLE, "").score == 2.0  # the worker is back
 
 
 def test_a_rubric_of_a_tasks_own_functions_raises_and_counts_no_errors() -> None:
@@ -151,6 +191,9 @@ def test_a_rubric_that_cannot_work_is_refused_when_built() -> None:
     def more_and_the_rest(reply: str, question: str, **kwargs: Any) -> float:
         return 0.0
 
+    def local(reply: str) -> float:
+        return 0.0
+
     refused = [
         (([],), "at least one"),
         (([exact, brief], [1.0]), "2 reward functions but 1 weights"),
@@ -161,6 +204,7 @@ def test_a_rubric_that_cannot_work_is_refused_when_built() -> None:
         (([more_and_the_rest],), "takes 'question', which a rubric cannot give"),
         (([reward],), "the loop reports its own 'reward'"),
         (([exact], [float("nan")]), "not finite"),
+        (([local],), "'local' cannot be sent .* module level"),
     ]
     for arguments, message in refused:
         with pytest.raises(ValueError, match=message):

@@ -75,7 +75,7 @@ def test_one_reply_ends_the_episode_scored_by_the_rubric() -> None:
     assert (reward, terminated, truncated) == (1.5, True, False)
     assert info["status"] is EpisodeStatus.COMPLETED and info["outcome"] is Outcome.CORRECT
     assert info["metrics"] == {"exact": 1.0, "exact/error": 0.0, "brief": 1.0,
-                               "brief/error": 0.0}
+                               "brief/error": 0.0, "scorer_timeout": 0.0}
     assert info["extras"] == {}  # no function failed
 
 
@@ -91,16 +91,19 @@ def test_the_outcome_is_correct_from_the_threshold_on(threshold: float, reply: s
     assert reply_to(capitals(threshold=threshold), "train-000000", reply)[4]["outcome"] is outcome
 
 
+def one(reply: str) -> float:
+    return 1.0
+
+
+def two(reply: str) -> float:
+    return 1.0
+
+
+def three(reply: str) -> float:
+    return 1.0
+
+
 def test_a_weighted_sum_that_rounds_below_the_threshold_still_reaches_it() -> None:
-    def one(reply: str) -> float:
-        return 1.0
-
-    def two(reply: str) -> float:
-        return 1.0
-
-    def three(reply: str) -> float:
-        return 1.0
-
     task = capitals(rubric=Rubric([one, two, three], weights=[0.7, 0.2, 0.1]))
     _, reward, _, _, info = reply_to(task, "train-000000", "")
     assert reward < 1.0 and info["outcome"] is Outcome.CORRECT

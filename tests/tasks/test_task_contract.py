@@ -196,3 +196,73 @@ def test_an_environment_failing_in_reset_or_step_fails_its_episode_not_the_batch
     assert all(e.error.startswith("step:") for e in episodes[4:])
     assert task.groups == [["train-000000"] * 2]  # failed episodes have nothing to score
     assert all(environment.closed for environment in task.handed_out)
+
+
+def test_a_group_term_that_changes_a_reward_changes_the_outcome_with_it() -> None:
+    """The outcome follows the final reward by the task's own rule: success rates and the
+    best checkpoint read the outcome, so one decided before the group was judged would
+    count a reward the group term took away."""
+
+    class FirstCorrectCounts(EchoTask):
+        def outcome_of_reward(self, reward: float) -> Outcome:
+            return Outcome.CORRECT if reward >= 1.0 else Outcome.INCORRECT
+
+        def _score_group(self, episodes: Sequence[Episode]) -> list[EpisodeScore]:
+            # only the group's first correct echo is rewarded
+            return [EpisodeScore(episode.reward if index == 0 else 0.0)
+                    for index, episode in enumerate(episodes)]
+
+    task = FirstCorrectCounts()
+    sample = task.get_sample("train-000000")
+    episodes = roll_out_lockstep([(sample, 0), (sample, 1)], task, OracleAgent(),
+                                 batch_index=0, seeds=[0, 1])
+    assert [e.reward for e in episodes] == [1.0, 0.0]
+    assert [e.outcome for e in episodes] == [Outcome.CORRECT, Outcome.INCORRECT]
+
+
+def test_a_score_may_set_the_outcome_and_a_task_without_a_rule_keeps_its_own() -> None:
+    class Judged(EchoTask):
+        def _score_group(self, episodes: Sequence[Episode]) -> list[EpisodeScore]:
+            return [EpisodeScore(0.5, outcome=Outcome.INCORRECT if index else None)
+                    for index, _ in enumerate(episodes)]
+
+    task = Judged()
+    sample = task.get_sample("train-000000")
+    episodes = roll_out_lockstep([(sample, 0), (sample, 1)], task, OracleAgent(),
+                                 batch_index=0, seeds=[0, 1])
+    # no rule from reward to outcome: the first keeps the outcome its step decided
+    assert [e.outcome for e in episodes] == [Outcome.CORRECT, Outcome.INCORRECT]
+
+
+class FloodEpisode(EpisodeEnv["FloodTask"]):
+    """An environment that answers with far more text than any model reads."""
+
+    def _reset(self, sample: Sample) -> str:
+        return "x" * 300_000
+
+    def _step(self, action: str) -> StepOutcome:
+        return StepOutcome("y" * 300_000, reward=0.0)
+
+    def _oracle_reply(self) -> str:
+        return "z"
+
+
+class FloodTask(EchoTask):
+    def new_episode(self) -> FloodEpisode:  # type: ignore[override]
+        return FloodEpisode(self)  # type: ignore[arg-type]
+
+
+def test_a_huge_observation_is_cut_before_any_agent_reads_it_with_a_note() -> None:
+    task = FloodTask(max_round=3)
+    episode = task.new_episode()
+    first, _ = episode.reset(options={"sample_id": "train-000000"})
+    following, *_ = episode.step("go on")
+    for observation, kept in ((first, "x"), (following, "y")):
+        assert observation.startswith(kept * task.max_observation_chars)
+        assert observation.endswith("[... the observation was cut here: 300000 characters; "
+                                    "the first 20000 are kept]")
+        assert len(observation) < task.max_observation_chars + 100
+    bounded = FloodTask()
+    bounded.max_observation_chars = 50
+    episode = bounded.new_episode()
+    assert len(episode.reset(options={"sample_id": "train-000000"})[0]) < 150

@@ -1,17 +1,20 @@
-"""The learner's update: gradient checkpointing holds in every objective's update, and an
-update whose objective keeps dropout off scores exactly as sampling does."""
+"""The learner's update: gradient checkpointing holds in every objective's update, an
+update whose objective keeps dropout off scores exactly as sampling does, and a step that
+leaves weights that are not finite numbers stops the run."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import pytest
 import torch
 
 from src.language_models.instance.huggingface_lora_language_model import (
     HuggingfaceLoRALanguageModel,
     LoRASettings,
 )
-from src.training.learner import Learner
+from src.training.learner import Learner, NonFiniteUpdate
 from src.training.objectives import CrossEntropyObjective, PolicyObjective
 from src.training.policy_losses import POLICY_LOSSES, ClipRange
 from src.training.settings import OptimizerSettings
@@ -84,3 +87,30 @@ def test_checkpointed_rl_update_keeps_dropout_off_and_equals_the_plain_one(
     assert abs(plain_loss - checkpointed_loss) < 1e-6
     for before, after in zip(plain, checkpointed, strict=True):
         assert torch.allclose(before, after, atol=1e-6)
+
+
+def test_a_step_that_leaves_weights_not_finite_stops_with_a_clear_error(
+        tiny_model_path: Path) -> None:
+    """A loss that is not a finite number (here an advantage that is NaN) makes every
+    weight NaN after the step; every later sample would be garbage and every later batch
+    would fail, so the step stops the run instead of letting it skip on."""
+    model = _model(tiny_model_path, gradient_checkpointing=False)
+    rows = _rows(model)
+    rows.advantages = torch.tensor([1.0, math.nan, 0.5, -0.5])
+    learner = Learner(model, OptimizerSettings(micro_batch_max_tokens=None))
+    with pytest.raises(NonFiniteUpdate, match=r"optimiser step 1 \(loss nan.*not finite "
+                                              r"numbers in \d+ of the adapter's tensors"):
+        learner.update(rows, range(len(rows)), _policy_objective(), TokenMetrics())
+
+
+def test_the_learner_refuses_rows_past_the_models_context(tiny_model_path: Path) -> None:
+    model = _model(tiny_model_path, gradient_checkpointing=False)
+    learner = Learner(model, OptimizerSettings())
+    rows = TokenRows.from_sequences([[5] * 10, [5] * (model.max_context_tokens + 1)],
+                                    [[1] * 10, [1] * (model.max_context_tokens + 1)],
+                                    pad_id=model.pad_id)
+    message = f"row 1 has {model.max_context_tokens + 1} tokens, past the model's context"
+    with pytest.raises(ValueError, match=message):
+        learner.score(rows)
+    with pytest.raises(ValueError, match=message):
+        learner.update(rows, [0, 1], CrossEntropyObjective(), TokenMetrics())

@@ -92,8 +92,8 @@ def test_warmup_then_grpo_writes_checkpoints_best_and_metrics(straight_run: Path
     marked = []  # checkpoints that were a new best when written
     for epoch in (1, 2, 3):  # the layout of every pipeline's checkpoints
         names = {path.name for path in (state / f"checkpoint-{epoch:06d}").iterdir()}
-        assert names - {"best.json"} == {
-            "lora_weights", "optimizer_state.pt", "rng_state.pt", "training_step.json"}
+        assert names - {"best.json"} == {"lora_weights", "optimizer_state.pt", "rng_state.pt",
+                                         "training_step.json", "checksums.json"}
         marked += [epoch] if "best.json" in names else []
     assert marked[-1] == best["epoch"]
     assert (state / "best" / "lora_weights" / "adapter_model.safetensors").is_file()

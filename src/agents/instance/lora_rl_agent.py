@@ -6,6 +6,19 @@ closing ids that the reply did not sample (all of them, end-of-turn token first,
 the token limit cut the reply off) and the ids that open the next user turn and the new
 assistant turn (mask 0). The whole chat is never re-rendered, so what is trained on
 is exactly what the model was fed.
+
+An episode whose environment offers tools (a `ToolEnvironment`, src/tasks/tool_episode.py)
+is rendered with them, one of two ways (src/language_models/tool_calls.py):
+- native, where the chat template renders tools: the first prompt is
+  `apply_chat_template(..., tools=...)`, and tool results go to the model as `tool`
+  messages, rendered by the template after the closed reply (`render_continuation`);
+- prompted, otherwise (the embedded SmolLM2): the system message ends with the preamble
+  that describes the tools and the `<tool_call>` format, and tool results go to the model
+  as the user turn of `<tool_response>` blocks that the environment's observation is.
+Either way the model writes its calls as Hermes blocks, which the environment reads, and
+the trajectory is appended turn by turn as for any episode. The rendering is
+src/language_models/chat_template.py's `ToolChat`, which the supervised stage tokenises a
+tool episode's demonstration with.
 """
 
 from __future__ import annotations
@@ -13,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from src.agents.agent import AgentReply, SamplingAgent
-from src.language_models.chat_template import probe_turn_boundary, render_chat
+from src.language_models.chat_template import ToolChat, probe_turn_boundary, render_chat
 from src.language_models.language_model import (
     LanguageModel,
     NewTokens,
@@ -21,8 +34,9 @@ from src.language_models.language_model import (
     Temperature,
     TopP,
 )
+from src.language_models.tool_calls import template_renders_tools
 from src.records.chat import Role
-from src.records.episode import Episode, EpisodeStatus
+from src.records.episode import Episode, EpisodeStatus, ToolEnvironment
 from src.records.trajectory import Trajectory
 
 
@@ -47,6 +61,10 @@ class LoRARLAgent(SamplingAgent):
         self.sampling = SamplingParams(temperature=temperature, top_p=top_p,
                                        max_new_tokens=max_new_tokens)
         self._turn_boundary = probe_turn_boundary(language_model, system_prompt)
+        self._renders_tools = template_renders_tools(language_model.tokenizer)
+        # the running tool episodes: id(episode) -> (the episode, held until it has ended,
+        # and its rendering)
+        self._tool_chats: dict[int, tuple[Episode, ToolChat]] = {}
 
     # ---- templating ----------------------------------------------------------------
     def _render(self, chat: Sequence[tuple[str, str]], generation_prompt: bool) -> str:
@@ -64,8 +82,17 @@ class LoRARLAgent(SamplingAgent):
         first = episode.chat[0]
         before = self._turns_before(episode)
         trajectory = Trajectory(turns_before=before)
-        trajectory.append_context(self._encode(self._render(
-            [*before, ("user", first.content)], True)))
+        tools = (episode.task.tool_schemas() if isinstance(episode.task, ToolEnvironment)
+                 else [])
+        if tools:
+            self._forget_ended_episodes()
+            chat = ToolChat.start(self.language_model, self.system_prompt, tools,
+                                  self._renders_tools, [*before, ("user", first.content)])
+            self._tool_chats[id(episode)] = (episode, chat)
+            trajectory.append_context(self._encode(chat.render()))
+        else:
+            trajectory.append_context(self._encode(self._render(
+                [*before, ("user", first.content)], True)))
         episode.trajectory = trajectory
         episode.info["template_consistent"] = True
         episode.metrics["template_inconsistent"] = 0.0
@@ -85,19 +112,34 @@ class LoRARLAgent(SamplingAgent):
         # limit may decode to a prefix of the closing text ("<") without having ended.
         last_start, _ = trajectory.turn_spans[-1]
         ids = self._turn_boundary.closing_after(trajectory.token_ids[last_start:])
-        for message in new_messages[1:]:
-            ids += self._encode(self._turn_boundary.opening_text(message.content))
+        tool_chat = self._tool_chats.get(id(episode), (None, None))[1]
+        if tool_chat is None:
+            for message in new_messages[1:]:
+                ids += self._encode(self._turn_boundary.opening_text(message.content))
+        else:
+            task = episode.task
+            ids += self._encode(tool_chat.continue_after(
+                new_messages[0].content,
+                task.tool_results() if isinstance(task, ToolEnvironment) else None,
+                [message.content for message in new_messages[1:]]))
         trajectory.append_context(ids)
         trajectory.messages_fed = len(episode.chat)
         # Diagnostic, averaged into the metrics by the loop: do the fed ids decode to the
         # template's rendering of the chat? Once they differ, later turns cannot repair it.
-        rendered = self._render([*trajectory.turns_before,
-                                 *[(m.role.value, m.content) for m in episode.chat]], True)
+        rendered = (tool_chat.render() if tool_chat is not None else
+                    self._render([*trajectory.turns_before,
+                                  *[(m.role.value, m.content) for m in episode.chat]], True))
         fed = self.language_model.tokenizer.decode(trajectory.token_ids,
                                                    skip_special_tokens=False)
         consistent = episode.info["template_consistent"] and rendered == fed
         episode.info["template_consistent"] = consistent
         episode.metrics["template_inconsistent"] = 0.0 if consistent else 1.0
+
+    # ---- tool episodes -------------------------------------------------------------
+    def _forget_ended_episodes(self) -> None:
+        for key, (episode, _) in list(self._tool_chats.items()):
+            if not episode.running:
+                del self._tool_chats[key]
 
     def _act(self, episodes: Sequence[Episode]) -> list[AgentReply]:
         model = self.language_model

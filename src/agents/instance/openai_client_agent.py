@@ -6,7 +6,9 @@ gets the episode's chat so far (user and assistant messages) and returns its rep
 call `client.chat.completions.create` as often as it likes (the `model` name is not used).
 Without an agent function, each episode's environment drives the conversation itself: it
 must be a `ClientRolloutEnvironment` (e.g. a verifiers environment), whose `client_rollout`
-is called in the function's place.
+is called in the function's place; the episode's chat then holds every call of that
+conversation (each reply as sampled, each tool result or user message after it), a turn
+per model call.
 Its client talks to an OpenAI-compatible endpoint (`src.agents.openai_endpoint`) served by
 this agent's language model, the policy being trained (in process or a rollout pool), that
 records every call token-exact into the episode's trajectory, so that the RL callback
@@ -16,22 +18,44 @@ model's chat template renders them, replies in the Hermes format come back as `t
 the function runs the tools and sends their results as `tool` messages in its next call
 (the episode metrics `tool_calls`, `malformed_tool_calls` count them).
 
+An episode whose environment offers tools (a `ToolEnvironment`, src/tasks/tool_episode.py)
+runs them in its own sandbox; the function reaches them through the endpoint's tool calls:
+
+    def agent(client, messages, tools) -> str | the assistant message
+
+is called with `tools` to send (None where the template renders none: the messages then
+open with a system message that describes them, the prompted protocol of
+src/language_models/tool_calls.py) and the episode's conversation as OpenAI messages: each
+earlier reply as the endpoint returned it, each tool result as a `tool` message answering
+its call (a user message of `<tool_response>` blocks in the prompted protocol), each other
+observation as a user message. It makes one call and returns the reply's message (or its
+text): its tool calls are the episode's to run, and their results come in the next call's
+messages. A turn per call, token-exact as every call.
+
 An episode ends as `agent_error` (left out of the update, reason in its `error`, counted in
 the metric `prefix_broken` where that was the reason) when its function raises or returns
 no text, or when a call breaks the prefix property; as `agent_context_limit` when a call's
-prompt would not fit the model.
+prompt would not fit the model. An episode's calls are one conversation: one sent while
+another of the same episode is being answered is refused (`call_in_flight`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from src.agents.agent import AgentReply, SamplingAgent
-from src.agents.openai_endpoint.episode_calls import EpisodeCalls, PrefixBroken, TemplateRefused
+from src.agents.openai_endpoint.episode_calls import (
+    CallInFlight,
+    EpisodeCalls,
+    PrefixBroken,
+    TemplateRefused,
+)
 from src.agents.openai_endpoint.lockstep import LockstepBatcher
 from src.agents.openai_endpoint.server import (
     ChatCompletionRequest,
@@ -40,12 +64,6 @@ from src.agents.openai_endpoint.server import (
     EpisodeSession,
     check_supported,
     completion_response,
-)
-from src.agents.openai_endpoint.tool_calls import (
-    ParsedReply,
-    parse_hermes,
-    template_message,
-    template_renders_tools,
 )
 from src.configuration.components import import_dotted
 from src.language_models.chat_template import probe_turn_boundary, render_continuation
@@ -56,12 +74,34 @@ from src.language_models.language_model import (
     Temperature,
     TopP,
 )
+from src.language_models.tool_calls import (
+    ParsedReply,
+    hermes_text,
+    parse_hermes,
+    template_message,
+    template_renders_tools,
+    tool_preamble,
+)
 from src.records.chat import Role
-from src.records.episode import ClientRolloutEnvironment, Episode, EpisodeStatus
+from src.records.episode import (
+    ClientRolloutEnvironment,
+    Episode,
+    EpisodeStatus,
+    ToolEnvironment,
+)
 from src.records.trajectory import Trajectory
 
-AgentFunction = Callable[[Any, list[dict[str, str]]], str]
+AgentFunction = Callable[..., Any]
 ROLES = {Role.USER: "user", Role.AGENT: "assistant"}
+
+
+@dataclass
+class _ToolConversation:
+    """A tool episode's conversation as the agent function is handed it."""
+
+    tools: list[dict[str, Any]] | None  # sent with each call; None: the prompted protocol
+    messages: list[dict[str, Any]]
+    fed: int = 1  # chat messages already in `messages`
 
 
 class OpenAIClientAgent(SamplingAgent):
@@ -92,6 +132,7 @@ class OpenAIClientAgent(SamplingAgent):
             samples[0] for samples in language_model.generate(prompts, self.sampling)])
         # id(episode) -> (the episode, held until it has ended, and its session)
         self._sessions: dict[int, tuple[Episode, EpisodeSession]] = {}
+        self._tool_conversations: dict[int, _ToolConversation] = {}  # by id(episode)
         self._clients: dict[str, Any] = {}
         self.endpoint = ChatCompletionsEndpoint(self._answer)
 
@@ -105,6 +146,14 @@ class OpenAIClientAgent(SamplingAgent):
 
     def _answer(self, session: EpisodeSession, request: ChatCompletionRequest
                 ) -> dict[str, Any]:
+        try:
+            with session.calls.one_call():
+                return self._answer_call(session, request)
+        except CallInFlight as error:
+            raise EndpointRefusal("call_in_flight", str(error)) from error
+
+    def _answer_call(self, session: EpisodeSession, request: ChatCompletionRequest
+                     ) -> dict[str, Any]:
         check_supported(request)
         tools = request.tools or None
         if tools and not self._renders_tools:
@@ -145,11 +194,12 @@ class OpenAIClientAgent(SamplingAgent):
         return completion_response(
             session, request, prompt, generation.token_ids, generation.logprobs,
             [tokenizer.decode([token]) for token in generation.token_ids],
-            session.calls.replied(reply), generation.finish_reason)
+            session.calls.replied(reply, text), generation.finish_reason)
 
     # ---- Agent hooks ---------------------------------------------------------------
     def _start_episode(self, episode: Episode) -> None:
         self._function_for(episode)  # a task it cannot serve: said before any call
+        self._start_tool_conversation(episode)
         episode.trajectory = Trajectory()
         session = EpisodeSession(self._session_key(episode),
                                  EpisodeCalls(episode.trajectory, self._boundary))
@@ -159,6 +209,64 @@ class OpenAIClientAgent(SamplingAgent):
         episode.info["endpoint_session"] = session.key  # the `id` of its responses
         self._sessions[id(episode)] = (episode, session)
         self.endpoint.sessions[session.key] = session
+
+    def _start_tool_conversation(self, episode: Episode) -> None:
+        """A tool episode's first messages, once the function is known to take tools."""
+        task = episode.task
+        tools = task.tool_schemas() if isinstance(task, ToolEnvironment) else []
+        if not tools:
+            return
+        function = self.agent_function
+        if function is None or not _takes_keyword(function, "tools"):
+            raise TypeError(
+                f"{type(task).__name__} offers tools, so the agent function must take them: "
+                f"def agent(client, messages, tools) (tools to send with its call)")
+        first = {"role": "user", "content": episode.chat[0].content}
+        if self._renders_tools:
+            self._tool_conversations[id(episode)] = _ToolConversation(tools, [first])
+        else:
+            self._tool_conversations[id(episode)] = _ToolConversation(
+                None, [{"role": "system", "content": tool_preamble(tools)}, first])
+
+    def _tool_messages(self, episode: Episode) -> tuple[list[dict[str, Any]], Any]:
+        """A tool episode's conversation through its latest observation, and its tools."""
+        conversation = self._tool_conversations[id(episode)]
+        observations = episode.chat[conversation.fed + 1:]  # after the reply already in it
+        task = episode.task
+        results = (task.tool_results() if conversation.tools is not None
+                   and isinstance(task, ToolEnvironment) else None)
+        calls = conversation.messages[-1].get("tool_calls") or []
+        if observations and results is not None and len(calls) == len(results):
+            conversation.messages += [{"role": "tool", "tool_call_id": call["id"],
+                                       "content": result.content}
+                                      for call, result in zip(calls, results, strict=True)]
+        else:
+            conversation.messages += [{"role": "user", "content": message.content}
+                                      for message in observations]
+        conversation.fed = len(episode.chat)
+        return list(conversation.messages), conversation.tools
+
+    def _tool_reply(self, episode: Episode, result: Any) -> Any:
+        """The action a tool episode's environment reads from the function's return: its
+        text, or the returned message's content and tool calls as Hermes blocks (the
+        message kept for the next call); a return that is neither, as it was (an error)."""
+        message = result.model_dump(exclude_none=True) if hasattr(result, "model_dump") \
+            else result
+        if isinstance(message, str):
+            message = {"role": "assistant", "content": message}
+        if not isinstance(message, dict) or message.get("role", "assistant") != "assistant":
+            return result
+        try:
+            calls = [(str(call["function"]["name"]), call["function"].get("arguments") or "{}")
+                     for call in message.get("tool_calls") or []]
+        except (KeyError, TypeError, AttributeError):
+            return result
+        content = message.get("content")
+        text = content if isinstance(content, str) else None
+        if not calls and text is None:
+            return result
+        self._tool_conversations[id(episode)].messages.append(message)
+        return hermes_text(text, calls) if calls else text
 
     def _function_for(self, episode: Episode) -> AgentFunction:
         """The agent function, or else the episode environment's own `client_rollout`."""
@@ -194,12 +302,20 @@ class OpenAIClientAgent(SamplingAgent):
         sessions = [self._sessions[id(episode)][1] for episode in episodes]
         results: list[Any] = [None] * len(episodes)
 
+        tool_calls = [self._tool_messages(episode) if id(episode) in self._tool_conversations
+                      else None for episode in episodes]
+
         def run(index: int) -> None:
             messages = [{"role": ROLES[message.role], "content": message.content}
                         for message in episodes[index].chat]
             try:
                 function = self._function_for(episodes[index])
-                results[index] = function(self._client(sessions[index].key), messages)
+                client = self._client(sessions[index].key)
+                if tool_calls[index] is None:
+                    results[index] = function(client, messages)
+                else:
+                    messages, tools = tool_calls[index]
+                    results[index] = function(client, messages, tools=tools)
             except BaseException as error:  # noqa: BLE001 - the user's code: any failure ends its episode
                 results[index] = error
             finally:
@@ -218,23 +334,43 @@ class OpenAIClientAgent(SamplingAgent):
                 for episode, session, result in zip(episodes, sessions, results, strict=True)]
 
     def _reply(self, episode: Episode, session: EpisodeSession, result: Any) -> AgentReply:
-        episode.metrics["tool_calls"] = float(session.calls.tool_calls)
-        episode.metrics["malformed_tool_calls"] = float(session.calls.malformed_tool_calls)
+        if id(episode) in self._tool_conversations:
+            # the environment runs the calls and counts them (the same names)
+            if not isinstance(result, BaseException):
+                result = self._tool_reply(episode, result)
+        else:
+            episode.metrics["tool_calls"] = float(session.calls.tool_calls)
+            episode.metrics["malformed_tool_calls"] = float(session.calls.malformed_tool_calls)
+        # the conversation of an environment's own rollout is the episode's: all of it
+        # in the chat (an agent function's calls are its own way to one reply)
+        exchange = tuple(session.calls.exchange) if self.agent_function is None else ()
         if isinstance(result, str):
-            return AgentReply(result)
+            return AgentReply(result, exchange=exchange)
         refusal = session.refusal
         if refusal is not None and refusal.code == "context_length_exceeded":
-            return AgentReply(None, EpisodeStatus.AGENT_CONTEXT_LIMIT)
+            return AgentReply(None, EpisodeStatus.AGENT_CONTEXT_LIMIT, exchange)
         if refusal is not None and refusal.code == "prefix_broken":
             episode.metrics["prefix_broken"] = 1.0
         reason = (f"endpoint refused a call ({refusal.code}): {refusal}" if refusal is not None
                   else f"the agent function returned {type(result).__name__}: {result}")
         episode.error = reason
-        return AgentReply(None, EpisodeStatus.AGENT_ERROR)
+        return AgentReply(None, EpisodeStatus.AGENT_ERROR, exchange)
 
     def _forget_ended_episodes(self) -> None:
         for key, (episode, session) in list(self._sessions.items()):
             if not episode.running:
                 del self._sessions[key]
+                self._tool_conversations.pop(key, None)
                 self.endpoint.sessions.pop(session.key, None)
                 self._clients.pop(session.key, None)
+
+
+def _takes_keyword(function: Callable[..., Any], name: str) -> bool:
+    """Whether `function` can be called with the keyword argument `name`."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (a builtin): assume it does
+        return True
+    return any(parameter.name == name and parameter.kind in (
+        parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+               or parameter.kind is parameter.VAR_KEYWORD for parameter in parameters)

@@ -7,25 +7,41 @@ tool results: the prefix property. Its prompt is then the previous prompt, the s
 the template's ids that close the reply (`TurnBoundary`, as the built-in agent does) and
 those that render the new messages: what is trained on is exactly what the model was fed.
 A call that breaks the property is refused (`PrefixBroken`), never re-tokenised into a
-different history.
+different history. The calls of one episode are one conversation, so one at a time: a call
+sent while another of the episode is in flight is refused (`CallInFlight`).
+
+`exchange` keeps the conversation past the first call's messages as the chat shows it:
+each reply as sampled, each user message or tool result sent after it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from jinja2 import TemplateError
 
-from src.agents.openai_endpoint.tool_calls import ParsedReply, arguments_value, message_text
 from src.language_models.chat_template import TurnBoundary
+from src.language_models.tool_calls import (
+    ParsedReply,
+    arguments_value,
+    message_text,
+    tool_response_text,
+)
+from src.records.chat import ChatMessage, Role
 from src.records.trajectory import Trajectory
 
 
 class PrefixBroken(ValueError):
     """A call's messages do not extend the conversation the episode's policy was fed."""
+
+
+class CallInFlight(RuntimeError):
+    """A call of an episode sent while another of its calls is being answered."""
 
 
 class TemplateRefused(ValueError):
@@ -60,6 +76,22 @@ class EpisodeCalls:
     calls: int = 0
     tool_calls: int = 0  # tool calls returned
     malformed_tool_calls: int = 0  # replies whose tool-call blocks could not be read
+    exchange: list[ChatMessage] = field(default_factory=list)
+    _in_flight: threading.Lock = field(default_factory=threading.Lock, init=False,
+                                       repr=False, compare=False)
+
+    @contextmanager
+    def one_call(self) -> Iterator[None]:
+        """Holds the episode's turn for one call; CallInFlight where another holds it."""
+        if not self._in_flight.acquire(blocking=False):
+            raise CallInFlight(
+                f"call {self.calls + 1} was sent while another call of this episode is "
+                "being answered: an episode's calls are one conversation, each sent with "
+                "the reply of the one before")
+        try:
+            yield
+        finally:
+            self._in_flight.release()
 
     def prompt_for(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None,
                    render: Callable[[Sequence[dict[str, Any]]], list[int]],
@@ -95,20 +127,31 @@ class EpisodeCalls:
             start, _ = self.trajectory.turn_spans[-1]
             ids = self.boundary.closing_after(self.trajectory.token_ids[start:])
             ids += _rendered(continuation, new)
+            self.exchange += [ChatMessage(role=Role.USER, content=_chat_text(message))
+                              for message in new]
         self.trajectory.append_context(ids)
         self.messages = chat
         self.calls += 1
         return list(self.trajectory.token_ids)
 
-    def replied(self, reply: ParsedReply) -> dict[str, Any]:
-        """Records the reply the call returns; its OpenAI assistant message."""
+    def replied(self, reply: ParsedReply, text: str) -> dict[str, Any]:
+        """Records the reply the call returns (`text` as sampled, `reply` as parsed); its
+        OpenAI assistant message."""
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if reply.tool_calls:
             message["tool_calls"] = [call.to_openai() for call in reply.tool_calls]
         self.last_reply = canonical_message(message)
+        self.exchange.append(ChatMessage(role=Role.AGENT, content=text))
         self.tool_calls += len(reply.tool_calls)
         self.malformed_tool_calls += reply.malformed
         return message
+
+
+def _chat_text(message: dict[str, Any]) -> str:
+    """A user message's text; a tool result's in the block a Hermes template renders it
+    in (as a prompted tool protocol sends it), so the chat shows it as a tool's."""
+    text = message_text(message)
+    return tool_response_text([text]) if message.get("role") == "tool" else text
 
 
 def _rendered(render: Callable[[Sequence[dict[str, Any]]], list[int]],

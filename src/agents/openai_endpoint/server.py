@@ -21,9 +21,11 @@ and a call that breaks the prefix property (`prefix_broken`).
 from __future__ import annotations
 
 import hmac
+import io
 import json
 import logging
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -112,6 +114,15 @@ Answer = Callable[[EpisodeSession, ChatCompletionRequest], dict[str, Any]]
 
 # a whole conversation with tool results fits many times over; a larger body is an attack
 MAX_BODY_BYTES = 16 * 2**20
+# Connections served at once beyond one per running episode (each episode's agent waits in
+# at most one call: the lockstep holds every call of a round until all have arrived, so the
+# run's own batch needs that many). A connection past the cap is answered 503 at once: it
+# never gets a thread.
+SPARE_CONNECTIONS = 32
+_BUSY_BODY = json.dumps({"error": {"message": "too many open connections",
+                                    "type": "invalid_request_error", "code": "busy"}}).encode()
+_BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+         b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
 
 
 class _Server(ThreadingHTTPServer):
@@ -121,6 +132,56 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 1024
     daemon_threads = True
 
+    def __init__(self, handler: type[BaseHTTPRequestHandler],
+                 sessions: dict[str, EpisodeSession]) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
+        self._sessions = sessions
+        self._open = 0
+        self._open_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection while fewer than the cap are open; else 503 from
+        the listening thread (a short write into an empty socket buffer), and closed."""
+        with self._open_lock:
+            admitted = self._open < len(self._sessions) + SPARE_CONNECTIONS
+            self._open += int(admitted)
+        if not admitted:
+            try:
+                request.settimeout(1.0)
+                request.sendall(_BUSY)
+            except OSError:
+                pass  # the client left: nothing to tell it
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._open_lock:
+                self._open -= 1
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A connection's bytes, each read waiting only until the request's deadline: a
+    request's headers and body, trickled in however slowly, take at most the read
+    timeout all told (a socket's own timeout restarts with every byte)."""
+
+    def __init__(self, connection: socket.socket, deadline: Callable[[], float]) -> None:
+        self._connection = connection
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        remaining = self._deadline() - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the request's read deadline has passed")
+        self._connection.settimeout(remaining)
+        return self._connection.recv_into(buffer)
+
 
 class ChatCompletionsEndpoint:
     """Serves on 127.0.0.1 at a free port, in daemon threads, until `close`.
@@ -128,9 +189,11 @@ class ChatCompletionsEndpoint:
     Any process on the machine can reach 127.0.0.1, so a call must carry this run's
     secret (`Authorization: Bearer <secret>`, the OpenAI client's `api_key`) or it is
     refused (401) before its body is read. A body over `MAX_BODY_BYTES` is refused
-    (413) unread, one that does not arrive within `read_timeout_s` is answered 408 and
-    its connection closed, and JSON nested past the reader's recursion is a bad request
-    (400)."""
+    (413) unread; a request (its headers and body, all told) that does not arrive within
+    `read_timeout_s` of its first byte being awaited is closed, answered 408 where its
+    headers came; JSON nested past the reader's recursion is a bad request (400). At most
+    one connection per running episode plus `SPARE_CONNECTIONS` are served at once; one
+    past that is answered 503 and closed."""
 
     def __init__(self, answer: Answer, read_timeout_s: float = 60.0) -> None:
         self.sessions: dict[str, EpisodeSession] = {}
@@ -138,7 +201,18 @@ class ChatCompletionsEndpoint:
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
-            timeout = read_timeout_s  # the socket's: a stalled body cannot hold a thread
+            timeout = read_timeout_s  # the socket's, for writing the answer
+            deadline = 0.0  # when the request under way must have been read
+
+            def setup(self) -> None:
+                super().setup()
+                self.rfile.close()  # the socket's own reader, replaced by one with a deadline
+                self.rfile = io.BufferedReader(_DeadlineReader(self.connection,
+                                                               lambda: self.deadline))
+
+            def handle_one_request(self) -> None:
+                self.deadline = time.monotonic() + read_timeout_s
+                super().handle_one_request()
 
             def do_POST(self) -> None:  # noqa: N802 - the http.server hook name
                 if not hmac.compare_digest(self.headers.get("Authorization") or "",
@@ -168,7 +242,7 @@ class ChatCompletionsEndpoint:
                     body = self.rfile.read(length)
                 except TimeoutError:
                     self.close_connection = True
-                    return self._reply(408, _error("timeout", f"the body did not arrive "
+                    return self._reply(408, _error("timeout", f"the request did not arrive "
                                                    f"within {read_timeout_s} s"))
                 try:
                     request = ChatCompletionRequest.model_validate(_unicode_json(body))
@@ -187,6 +261,7 @@ class ChatCompletionsEndpoint:
 
             def _reply(self, status: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()
+                self.connection.settimeout(read_timeout_s)  # the last read left it shorter
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -196,7 +271,7 @@ class ChatCompletionsEndpoint:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 pass  # one line per call would drown the run's log
 
-        self._server = _Server(("127.0.0.1", 0), Handler)
+        self._server = _Server(Handler, self.sessions)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
                                         name="chat-completions-endpoint")
         self._thread.start()

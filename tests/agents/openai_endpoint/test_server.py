@@ -3,8 +3,10 @@ only its own run's agents, and no request that would hold or flood it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -15,6 +17,7 @@ import pytest
 from src.agents.openai_endpoint.episode_calls import EpisodeCalls
 from src.agents.openai_endpoint.server import (
     MAX_BODY_BYTES,
+    SPARE_CONNECTIONS,
     ChatCompletionsEndpoint,
     EpisodeSession,
 )
@@ -158,3 +161,75 @@ def test_a_body_too_large_a_stalled_body_and_deep_json_are_answered_and_bounded(
         assert time.monotonic() - started < 5.0
     finally:
         quick.close()
+
+
+def open_connection(served: ChatCompletionsEndpoint, timeout_s: float = 10.0) -> socket.socket:
+    host, port = served.base_url("k").split("/")[2].split(":")
+    return socket.create_connection((host, int(port)), timeout=timeout_s)
+
+
+def answer_within(connection: socket.socket, seconds: float, trickle: bytes = b"") -> bytes:
+    """What the endpoint answers within `seconds` while `trickle` is sent a byte every
+    0.1 s (each read far inside the read timeout); b"" where it closed without an answer,
+    None where it has not answered yet."""
+    connection.settimeout(0.1)
+    ends = time.monotonic() + seconds
+    for byte in [trickle[index:index + 1] for index in range(len(trickle))] or [b""]:
+        with contextlib.suppress(OSError):  # closed by the endpoint: its answer is read
+            connection.sendall(byte)
+        try:
+            return connection.recv(4096)
+        except TimeoutError:
+            if time.monotonic() > ends:
+                return None
+    connection.settimeout(max(ends - time.monotonic(), 0.01))
+    try:
+        return connection.recv(4096)
+    except TimeoutError:
+        return None
+
+
+def test_a_request_trickled_in_slower_than_the_bound_is_cut_at_its_deadline() -> None:
+    # each byte comes well inside the read timeout; the request as a whole does not
+    quick = ChatCompletionsEndpoint(failing_answer, read_timeout_s=1.0)
+    quick.sessions["k"] = EpisodeSession("k", EpisodeCalls(Trajectory(), None))
+    head = (f"POST /episodes/k/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {quick.secret}\r\nContent-Length: 1000\r\n\r\n").encode()
+    try:
+        with open_connection(quick) as connection:  # the body
+            connection.sendall(head)
+            started = time.monotonic()
+            answer = answer_within(connection, 4.0, trickle=b"{" * 60)
+            assert answer is not None and answer.startswith(b"HTTP/1.0 408"), answer
+            assert time.monotonic() - started < 2.0
+        with open_connection(quick) as connection:  # the headers
+            started = time.monotonic()
+            assert answer_within(connection, 4.0, trickle=head[:60]) == b""
+            assert time.monotonic() - started < 2.0
+    finally:
+        quick.close()
+
+
+def test_idle_connections_past_the_cap_are_refused_and_hold_no_thread() -> None:
+    served = ChatCompletionsEndpoint(failing_answer, read_timeout_s=2.0)
+    served.sessions["k"] = EpisodeSession("k", EpisodeCalls(Trajectory(), None))
+    threads_before = threading.active_count()
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(500):  # connect and send nothing
+            idle.append(open_connection(served))
+        time.sleep(0.5)  # the endpoint has taken every connection from the listen queue
+        # one running episode: its connection and the spare ones get a thread, no more
+        held = threading.active_count() - threads_before
+        assert held <= 1 + SPARE_CONNECTIONS
+        refused = [answer_within(connection, 0.2) for connection in idle]
+        assert sum(1 for answer in refused if answer and answer.startswith(
+            b"HTTP/1.0 503")) >= 500 - (1 + SPARE_CONNECTIONS)
+        time.sleep(2.5)  # the idle ones that got a thread are cut at their deadline
+        code, message = post(served.base_url("k") + "/chat/completions",
+                             b'{"model": "m", "messages": []}', served.secret)
+        assert (code, message) == (500, "RuntimeError: the template refuses these messages")
+    finally:
+        for connection in idle:
+            connection.close()
+        served.close()

@@ -12,14 +12,17 @@ import pytest
 pytest.importorskip("openai", reason="the openai client is the `openai` extra")
 
 from src.agents.instance.openai_client_agent import OpenAIClientAgent  # noqa: E402
-from src.agents.openai_endpoint.tool_calls import (  # noqa: E402
-    parse_hermes,
-    template_message,
-    template_renders_tools,
-)
 from src.language_models.chat_template import (  # noqa: E402
     probe_turn_boundary,
     render_continuation,
+)
+from src.language_models.tool_calls import (  # noqa: E402
+    hermes_text,
+    parse_hermes,
+    template_message,
+    template_renders_tools,
+    tool_preamble,
+    tool_response_text,
 )
 from src.records.episode import EpisodeStatus  # noqa: E402
 from src.run.rollout import roll_out_lockstep  # noqa: E402
@@ -96,6 +99,37 @@ def test_hermes_blocks_become_tool_calls() -> None:
 def test_a_malformed_block_leaves_the_reply_as_plain_content(text: str) -> None:
     reply = parse_hermes(text, "call_x")
     assert reply.content == text and reply.tool_calls == () and reply.malformed
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ('<tool_call>{"arguments": {}}</tool_call>', 'tool call 1 of 1: not a JSON object with a "name"'),
+    ('<tool_call>{"name": "add", "arguments": [1]}</tool_call>',
+     'tool call 1 of 1: "arguments" is not a JSON object'),
+    ('<tool_call>{"name": "add"}</tool_call><tool_call>not json</tool_call>',
+     "tool call 2 of 2: not valid JSON (JSONDecodeError: Expecting value"),
+    ("<tool_call>" + "[" * 100_000 + "</tool_call>", "tool call 1 of 1: nested too deeply"),
+])
+def test_a_malformed_reply_says_which_block_and_why(text: str, problem: str) -> None:
+    reply = parse_hermes(text, "c")
+    assert reply.malformed and reply.problem.startswith(problem)
+
+
+def test_calls_written_as_hermes_text_read_back_as_the_same_calls() -> None:
+    calls = [("python", {"code": "print('a</b>')\n"}), ("bash", '{"command": "ls"}')]
+    text = hermes_text("Let me run it.", calls)
+    reply = parse_hermes(text, "c")
+    assert reply.content == "Let me run it." and not reply.malformed
+    assert [(c.name, json.loads(c.arguments)) for c in reply.tool_calls] == [
+        ("python", {"code": "print('a</b>')\n"}), ("bash", {"command": "ls"})]
+    assert hermes_text(None, calls[:1]).startswith("<tool_call>\n")
+
+
+def test_the_prompted_protocol_lists_each_tool_and_the_call_format() -> None:
+    preamble = tool_preamble(TOOLS)
+    assert json.dumps(TOOLS[0]["function"]) in preamble
+    assert '<tool_call>{"name": NAME, "arguments": {...}}</tool_call>' in preamble
+    assert tool_response_text(["5", "6"]) == (
+        "<tool_response>\n5\n</tool_response>\n<tool_response>\n6\n</tool_response>")
 
 
 def refuse_constant(name: str) -> None:

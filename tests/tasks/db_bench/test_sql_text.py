@@ -35,11 +35,32 @@ def test_dialect_differences() -> None:
 def test_guard_passes_ordinary_statements() -> None:
     guard = StatementGuard("mysql", frozenset({"test", "mysql"}), frozenset({"scores"}))
     for sql in ("SELECT a FROM t WHERE b >= 2;", "WITH x AS (SELECT 1) SELECT * FROM x",
-                "CREATE TEMPORARY TABLE tmp (a INT)", "CREATE OR REPLACE VIEW v AS SELECT 1",
+                "CREATE TABLE tmp (a INT) ENGINE = Aria", "CREATE OR REPLACE VIEW v AS SELECT 1",
                 "DROP TABLE IF EXISTS tmp", "SELECT scores.a FROM scores",
                 "SELECT t.a FROM t", "SHOW TABLES", "(SELECT 1)"):
         assert guard.check(sql).rstrip(";") == sql.rstrip(";")
     assert guard.check("SELECT 1 /* note */ -- end") == "SELECT 1"
+
+
+@pytest.mark.parametrize(("dialect", "sql"), [
+    ("mysql", "CREATE TEMPORARY TABLE tmp (a INT)"),
+    ("mysql", "CREATE TABLE d (v TEXT) DATA /* c */ DIRECTORY = '/tmp'"),
+    ("mysql", "ALTER TABLE d ENGINE=MyISAM INDEX DIRECTORY '/tmp'"),
+    ("mysql", "CREATE TABLE e (v INT) ENGINE = `CSV`"),
+    ("mysql", "CREATE TABLE e (v INT) ENGINE MRG_MyISAM"),
+    ("postgresql", "SELECT format('%1$-60000s%1$-60000s', 'x')"),
+    ("postgresql", "SELECT format('%*s', 9, 'x')"),
+    ("postgresql", "SELECT format(f, 'x') FROM t"),
+    ("postgresql", "SELECT format(E'%9s\n' '9999999s', 'x')"),
+    ("postgresql", "SELECT concat_ws(',', VARIADIC a) FROM t"),
+    ("postgresql", "SELECT 'a'::char(200000), CAST(1 AS bit(900000))"),
+])
+def test_guard_refuses_what_outgrows_the_sandboxs_bounds(dialect: str, sql: str) -> None:
+    guard = StatementGuard(dialect, frozenset(), max_value_bytes=100_000)  # type: ignore[arg-type]
+    with pytest.raises(StatementRejected, match="not allowed|value limit|string literal"):
+        guard.check(sql)
+    assert guard.check({"mysql": "CREATE TABLE cars (Engine TEXT) ENGINE InnoDB",
+                        "postgresql": "SELECT format('%5s|%%|%1$-3s', 'a'), 'a'::char(9)"}[dialect])
 
 
 def test_guard_refuses_leaving_the_sandbox() -> None:

@@ -4,14 +4,22 @@ environment's reward and end, clear errors; the recipe trains 2 batches."""
 from __future__ import annotations
 
 import json
+import random
+import threading
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import gymnasium
 import pytest
 
-from src.records.episode import EpisodeStatus, Outcome
+from src.agents.agent import Agent, AgentReply
+from src.configuration.assignment import FaultPolicy
+from src.records.episode import Episode, EpisodeStatus, Outcome
+from src.run.rollout import hung_calls, roll_out_lockstep
 from src.tasks.instance.gymnasium_text.task import GymnasiumTextTask
+from src.tasks.task import TaskSettingError
 from tests.conftest import requires_embedded_model
 from tests.run_folders import jsonl_rows, run_recipe_cut
 
@@ -110,6 +118,155 @@ def test_errors_are_clear() -> None:
         GymnasiumTextTask(env_id="CartPole-v1")
     with pytest.raises(gymnasium.error.Error):
         GymnasiumTextTask(env_id="NoSuchEnvironment-v0")
+
+
+class DrawnWhenMade(gymnasium.Env[str, str]):
+    """Draws its secret from the global `random` when made, as hand-written environments
+    do; one reply ends it."""
+
+    observation_space = action_space = gymnasium.spaces.Text(max_length=1_000)
+
+    def __init__(self) -> None:
+        self.secret = random.randint(0, 10**9)
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        return f"The secret is {self.secret}.", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        return "", 1.0, True, False, {}
+
+
+def test_an_environment_made_for_each_episode_draws_on_the_episodes_streams() -> None:
+    # the task's own check at construction and each episode's environment draw from
+    # streams of their own: the episodes of a group meet one start, and the process's
+    # streams are left as they were
+    random.seed(4)
+    process = random.getstate()
+    task = GymnasiumTextTask(entry_point=f"{__name__}:DrawnWhenMade", num_train=2,
+                             num_validation=1)
+    firsts = [play(task, "train-000000", [])[0][0] for _ in range(4)]
+    assert random.getstate() == process
+    assert len(set(firsts)) == 1 and firsts[0] != play(task, "train-000001", [])[0][0]
+
+
+class OddReward(gymnasium.Env[str, str]):
+    """Ends on the first reply with the reward `reward`."""
+
+    observation_space = action_space = gymnasium.spaces.Text(max_length=1_000)
+
+    def __init__(self, reward: Any = "1") -> None:
+        self.reward = reward
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        return "Say anything.", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        return "", self.reward, True, False, {"is_success": True}
+
+
+@pytest.mark.parametrize("reward", ["1", None, float("nan"), float("inf"), [1.0]])
+def test_a_reward_that_is_no_finite_number_is_the_environments_error(reward: Any) -> None:
+    task = GymnasiumTextTask(entry_point=f"{__name__}:OddReward",
+                             env_kwargs={"reward": reward}, num_train=1, num_validation=1)
+    observation, scored, terminated, _, info = play(task, "train-000000", ["hello"])[-1]
+    assert terminated and observation == "" and scored == 0.0
+    assert info["status"] is EpisodeStatus.COMPLETED and info["outcome"] is Outcome.INCORRECT
+    assert info["metrics"]["environment_error"] == 1.0
+    assert info["extras"]["environment_error"].startswith(
+        f"{__name__}:OddReward gave the reward {reward!r}")
+
+
+class HangsOnStep(gymnasium.Env[str, str]):
+    """Every reply ends the episode with reward 1, drawing from `random`; the reply
+    "hang" waits, as a stuck call does, until `RELEASE` is set."""
+
+    observation_space = action_space = gymnasium.spaces.Text(max_length=1_000)
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        return "Reply.", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if action == "hang":
+            RELEASE.wait(60)
+        return "", float(random.random() < 2), True, False, {}
+
+
+RELEASE = threading.Event()
+
+
+class Scripted(Agent):
+    """Replies "hang" in the episodes of the given sample ids, "ok" elsewhere."""
+
+    def __init__(self, hang: set[str]) -> None:
+        self.hang = hang
+
+    def _act(self, episodes: Sequence[Episode]) -> list[AgentReply]:
+        return [AgentReply("hang" if e.sample.sample_id in self.hang else "ok")
+                for e in episodes]
+
+
+def test_a_hung_step_ends_its_own_episode_only() -> None:
+    task = GymnasiumTextTask(entry_point=f"{__name__}:HangsOnStep", num_train=8,
+                             num_validation=1)
+    samples = [(task.get_sample(f"train-{index:06d}"), 0) for index in range(8)]
+    RELEASE.clear()
+    started = time.monotonic()
+    try:
+        episodes = roll_out_lockstep(samples, task, Scripted({"train-000000"}), 0,
+                                     list(range(8)), faults=FaultPolicy(step_timeout_s=1.0))
+    finally:
+        RELEASE.set()
+    # one step's timeout in all, not one for each episode after the hung one
+    assert time.monotonic() - started < 4.0
+    assert episodes[0].status is EpisodeStatus.TASK_ERROR
+    assert "step_timeout_s=1.0" in (episodes[0].error or "")
+    assert [e.status for e in episodes[1:]] == [EpisodeStatus.COMPLETED] * 7
+    assert all(e.outcome is Outcome.CORRECT for e in episodes[1:])
+
+
+def test_hung_calls_past_the_cap_end_new_episodes_with_a_clear_error() -> None:
+    task = GymnasiumTextTask(entry_point=f"{__name__}:HangsOnStep", num_train=4,
+                             num_validation=1)
+    RELEASE.clear()
+    try:
+        already = hung_calls()
+        faults = FaultPolicy(step_timeout_s=0.5, max_hung_calls=already + 1)
+        hung = roll_out_lockstep([(task.get_sample("train-000000"), 0)], task,
+                                 Scripted({"train-000000"}), 0, [0], faults=faults)
+        assert hung[0].status is EpisodeStatus.TASK_ERROR and hung_calls() == already + 1
+        refused = roll_out_lockstep([(task.get_sample("train-000001"), 0)], task,
+                                    Scripted(set()), 1, [1], faults=faults)
+    finally:
+        RELEASE.set()
+    assert refused[0].status is EpisodeStatus.TASK_ERROR
+    assert "max_hung_calls" in (refused[0].error or "")
+
+
+def test_check_parameters_names_a_wrong_id_entry_point_or_argument() -> None:
+    GymnasiumTextTask.check_parameters({"entry_point": ENTRY_POINT,
+                                        "env_kwargs": {"high": 5}})
+    GymnasiumTextTask.check_parameters({"env_id": "CartPole-v1",
+                                        "env_kwargs": {"max_episode_steps": 5}})
+    cases = [
+        ({"env_id": "CartPoel-v1"}, ("env_id",), "'CartPole-v1'"),
+        ({"env_id": "no_such_module:Thing-v0"}, ("env_id",), "no_such_module"),
+        ({"entry_point": "examples.gymnasium_text.number_guess:NumberGues"},
+         ("entry_point",), "NumberGues"),
+        ({"entry_point": ENTRY_POINT, "env_kwargs": {"hihg": 5}},
+         ("env_kwargs", "hihg"), "'high'"),
+        ({"env_id": "CartPole-v1", "env_kwargs": {"sutton_barto": True}},
+         ("env_kwargs", "sutton_barto"), "'sutton_barto_reward'"),
+    ]
+    for parameters, key, hint in cases:
+        with pytest.raises(TaskSettingError) as error:
+            GymnasiumTextTask.check_parameters(parameters)
+        assert error.value.key == key and hint in error.value.message, parameters
 
 
 @pytest.mark.slow

@@ -4,14 +4,17 @@ category per dataset, curriculum blocks, clear errors; the recipe trains 2 batch
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
 import reasoning_gym
 
-from src.records.episode import Outcome
+from src.records.episode import EpisodeStatus, Outcome
+from src.runtime.bounded_call import worker_pid
 from src.tasks.instance.reasoning_gym.task import ReasoningGymTask
-from src.tasks.task import derived_seed
+from src.tasks.task import TaskSettingError, derived_seed
 from tests.conftest import requires_embedded_model
 from tests.run_folders import jsonl_rows, run_command, run_recipe_cut
 
@@ -97,9 +100,9 @@ def test_curriculum_blocks_climb_the_levels_and_held_out_is_at_the_last() -> Non
 
 
 def test_bad_parameters_are_clear_errors() -> None:
-    with pytest.raises(ValueError, match="unknown reasoning-gym datasets"):
+    with pytest.raises(ValueError, match="unknown reasoning-gym dataset 'no_such_dataset'"):
         ReasoningGymTask("no_such_dataset")
-    with pytest.raises(ValueError, match="not datasets of the mix"):
+    with pytest.raises(ValueError, match="not a dataset of the mix"):
         ReasoningGymTask({"chain_sum": 1.0}, {"products": {}})
     with pytest.raises(ValueError, match="set by the task"):
         ReasoningGymTask("chain_sum", {"seed": 3})
@@ -155,3 +158,110 @@ def test_with_a_format_weight_correct_still_means_the_datasets_full_marks() -> N
     assert 0.5 < reward < 1.5 and info["outcome"] is Outcome.INCORRECT
     reward, info = reply_to(task, sample.sample_id, f"<answer>{sample.data['answer']}</answer>")
     assert reward == pytest.approx(1.5) and info["outcome"] is Outcome.CORRECT
+
+
+@pytest.mark.parametrize("answer_format, wrap", [
+    ("boxed", lambda answer: f"so \\boxed{{ {answer} }}"),
+    ("answer_tag", lambda answer: f"<answer> {answer}\n</answer>"),
+])
+def test_an_answer_padded_with_spaces_is_the_answer_in_both_formats(answer_format, wrap) -> None:
+    # basic_arithmetic's own scorer gives " 42 " partial credit: it must see "42"
+    task = ReasoningGymTask("basic_arithmetic", num_train=2, num_validation=4,
+                            answer_format=answer_format)
+    for sample_id in task.sample_ids("validation"):
+        reward, info = reply_to(task, sample_id, wrap(task.get_sample(sample_id).data["answer"]))
+        assert reward == 1.0 and info["outcome"] is Outcome.CORRECT
+
+
+def test_an_empty_box_is_no_answer() -> None:
+    task = ReasoningGymTask("basic_arithmetic", num_train=2, num_validation=2)
+    reward, info = reply_to(task, "validation-000000", "\\boxed{  }")
+    assert reward == 0.0 and info["metrics"]["answered"] == 0.0
+
+
+def test_held_out_splits_never_ask_a_training_question() -> None:
+    # one-digit sums: about 200 distinct questions, so independent draws of 150 and 60
+    # share many; the held-out splits skip them and still hold as many samples as asked
+    task = ReasoningGymTask("chain_sum", ONE_DIGIT, num_train=150, num_validation=60,
+                            num_selection=30)
+    questions = {split: [task.get_sample(i).data["question"] for i in task.sample_ids(split)]
+                 for split in ("train", "validation", "selection")}
+    assert len(questions["validation"]) == 60 and len(questions["selection"]) == 30
+    assert not set(questions["validation"]) & set(questions["train"])
+    assert not set(questions["selection"]) & (set(questions["train"])
+                                              | set(questions["validation"]))
+    # the skipped draws are reasoning-gym's own: each sample still scores with its entry
+    for sample_id in task.sample_ids("validation")[-5:]:
+        reward, _ = reply_to(task, sample_id, f"\\boxed{{{task.get_sample(sample_id).data['answer']}}}")
+        assert reward == 1.0
+
+
+def test_held_out_draws_without_a_training_question_are_as_before() -> None:
+    task = ReasoningGymTask("word_sorting", num_train=4, num_validation=8)
+    dataset = reasoning_gym.create_dataset(
+        "word_sorting", seed=derived_seed("reasoning_gym", 0, "validation", 0), size=8)
+    assert [task.get_sample(i).data["question"] for i in task.sample_ids("validation")] == [
+        entry["question"] for entry in dataset]
+
+
+def test_too_few_distinct_questions_for_the_held_out_split_is_a_clear_error() -> None:
+    tiny = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1,
+            "operators": ("+",), "allow_negation": False, "allow_parentheses": False}
+    with pytest.raises(ValueError, match="validation: .* not in the train split"):
+        ReasoningGymTask("basic_arithmetic", tiny, num_train=400, num_validation=100)
+
+
+def test_check_parameters_names_a_misspelled_dataset_with_the_closest_names() -> None:
+    with pytest.raises(TaskSettingError) as raised:
+        ReasoningGymTask.check_parameters({"dataset": "basic_arithmatic"})
+    assert raised.value.key == ("dataset",)
+    assert "'basic_arithmatic'" in raised.value.message
+    assert "'basic_arithmetic'" in raised.value.message
+    with pytest.raises(TaskSettingError) as raised:
+        ReasoningGymTask.check_parameters({"dataset": {"chain_sum": 1, "prodcts": 1}})
+    assert raised.value.key == ("dataset", "prodcts") and "'products'" in raised.value.message
+
+
+def test_check_parameters_names_a_config_key_the_dataset_does_not_have() -> None:
+    with pytest.raises(TaskSettingError) as raised:
+        ReasoningGymTask.check_parameters({"dataset": "basic_arithmetic",
+                                           "config": {"max_digit": 2}})
+    assert raised.value.key == ("config", "max_digit")
+    assert "'max_digits'" in raised.value.message
+    with pytest.raises(TaskSettingError) as raised:
+        ReasoningGymTask.check_parameters({"dataset": {"chain_sum": 1, "products": 1},
+                                           "config": {"products": {"min_term": 2}}})
+    assert raised.value.key == ("config", "products", "min_term")
+    with pytest.raises(TaskSettingError) as raised:
+        ReasoningGymTask.check_parameters({"dataset": {"chain_sum": 1},
+                                           "config": {"products": {}}})
+    assert raised.value.key == ("config", "products")
+    with pytest.raises(TaskSettingError) as raised:
+        ReasoningGymTask.check_parameters({"dataset": "chain_sum", "config": {"seed": 3}})
+    assert raised.value.key == ("config", "seed")
+    # what exists passes, as does a config of the dataset's own fields
+    ReasoningGymTask.check_parameters({"dataset": {"chain_sum": 1, "products": 1},
+                                       "config": {"chain_sum": ONE_DIGIT}})
+    ReasoningGymTask.check_parameters({"dataset": "basic_arithmetic",
+                                       "config": {"max_digits": 2}})
+
+
+def test_a_reply_that_keeps_the_scorer_computing_scores_zero_within_the_bound() -> None:
+    # countdown's own scorer evaluates the expression with sympy: 21 characters that it
+    # computes for ever; the scorer is stopped at its bound and the reply scores 0
+    task = ReasoningGymTask("countdown", num_train=2, num_validation=2, scorer_timeout_s=2.0)
+    sample_id = "validation-000000"
+    reply_to(task, sample_id, "\\boxed{1}")  # the scoring process is up
+    before = worker_pid()
+    started = time.monotonic()
+    reward, info = reply_to(task, sample_id, "\\boxed{9**9**9**9}")
+    assert time.monotonic() - started < 60.0
+    assert reward == 0.0 and info["outcome"] is Outcome.INCORRECT
+    assert info["status"] is EpisodeStatus.COMPLETED  # a scored outcome, not a task error
+    assert info["metrics"]["scorer_timeout"] == 1.0 and info["metrics"]["answered"] == 1.0
+    assert info["extras"]["scorer_timeouts"] == ["score"]
+    with pytest.raises(ProcessLookupError):  # the scorer was killed: nothing left spinning
+        os.kill(before, 0)
+    answer = task.get_sample(sample_id).data["answer"]
+    reward, info = reply_to(task, sample_id, f"\\boxed{{{answer}}}")
+    assert reward == 1.0 and info["metrics"]["scorer_timeout"] == 0.0

@@ -6,17 +6,26 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from src.records.episode import EpisodeStatus, Outcome
+from src.agents.agent import Agent, AgentReply
+from src.configuration.assignment import FaultPolicy
+from src.records.episode import Episode, EpisodeStatus, Outcome
+from src.run.metrics import episode_statistics
+from src.run.rollout import roll_out_lockstep
 from src.tasks.instance.textarena.task import TextArenaTask
+from src.tasks.task import TaskSettingError
 from tests.conftest import requires_embedded_model
 from tests.run_folders import jsonl_rows, run_recipe_cut
+from tests.tasks.textarena.opponents import first_free_cell
 
 OPPONENT = "tests.tasks.textarena.opponents.first_free_cell"
+NONSENSE = "tests.tasks.textarena.opponents.nonsense"
+BROKEN = "tests.tasks.textarena.opponents.broken"
 
 
 def guess_task(**parameters: object) -> TextArenaTask:
@@ -77,7 +86,7 @@ def test_a_win_is_correct_and_a_partial_credit_loss_is_not() -> None:
     assert info["outcome"] is Outcome.INCORRECT
     assert info["metrics"] | {"game_reward": 0} == {
         "won": 0.0, "drawn": 0.0, "lost": 1.0, "invalid_move": 1.0, "invalid_moves": 1.0,
-        "game_reward": 0, "turn_limit": 0.0}
+        "game_reward": 0, "turn_limit": 0.0, "environment_error": 0.0}
 
 
 def test_a_move_the_game_raises_on_loses_it_as_an_invalid_move() -> None:
@@ -90,7 +99,7 @@ def test_a_move_the_game_raises_on_loses_it_as_an_invalid_move() -> None:
     assert info["status"] is EpisodeStatus.COMPLETED and info["outcome"] is Outcome.INCORRECT
     assert info["metrics"] == {
         "won": 0.0, "drawn": 0.0, "lost": 1.0, "invalid_move": 1.0, "invalid_moves": 0.0,
-        "game_reward": -1.0, "turn_limit": 0.0}
+        "game_reward": -1.0, "turn_limit": 0.0, "environment_error": 0.0}
     assert info["extras"]["game_end"].startswith("the game failed on the move: ValueError")
 
 
@@ -167,6 +176,145 @@ def test_configuration_errors_are_clear() -> None:
         TextArenaTask("NoSuchGame-v0")
 
 
+class FirstFreeCell(Agent):
+    """Plays the first free cell of the board the agent was last shown; counts its calls."""
+
+    def __init__(self) -> None:
+        self.acted_in: list[str] = []
+
+    def _act(self, episodes: Sequence[Episode]) -> list[AgentReply]:
+        self.acted_in += [f"{e.sample.sample_id}/{e.group_index}" for e in episodes]
+        return [AgentReply(first_free_cell(e.chat[-1].content)) for e in episodes]
+
+
+DRAWN_COUNTDOWN = {"numbers": None, "target": None}  # Countdown-v0 fixes them by default
+
+
+def test_games_that_draw_when_made_are_the_same_game_in_every_episode_of_a_group() -> None:
+    # Countdown without given numbers draws them and its target in its constructor: the
+    # episodes of a group play one game, whatever the process drew in between, and the
+    # process's streams are left as they were
+    task = TextArenaTask("Countdown-v0", env_kwargs=DRAWN_COUNTDOWN, num_train=2,
+                         num_validation=1)
+    random.seed(3)
+    process = random.getstate()
+    games = []
+    for _ in range(4):
+        games.append(started(task, "train-000000")[1])
+        random.random()
+    assert len(set(games)) == 1
+    assert games[0] != started(task, "train-000001")[1]
+    random.setstate(process)
+    for _ in range(4):
+        random.random()
+    after = random.getstate()
+    random.setstate(process)
+    TextArenaTask("Countdown-v0", env_kwargs=DRAWN_COUNTDOWN, num_train=2, num_validation=1)
+    started(task, "train-000000")
+    assert random.getstate() == process
+    assert after != process
+
+
+def test_a_reward_that_is_no_number_is_the_games_error_scored_as_a_loss() -> None:
+    # Countdown 0.7.4 passes set_invalid_move its arguments swapped: a second invalid
+    # operation (100 / 75 of its fixed numbers) ends the game with its reason text as the
+    # reward
+    episode, _ = started(TextArenaTask("Countdown-v0", num_train=1, num_validation=1),
+                         "train-000000")
+    episode.step("[0 1 /]")
+    observation, reward, terminated, _, info = episode.step("[0 1 /]")
+    assert terminated and observation == "" and reward == 0.0
+    assert info["status"] is EpisodeStatus.COMPLETED and info["outcome"] is Outcome.INCORRECT
+    assert info["metrics"]["environment_error"] == 1.0 and info["metrics"]["lost"] == 1.0
+    assert info["extras"]["environment_error"].startswith("Countdown-v0: the reward 'Invalid")
+
+
+def test_a_game_decided_before_the_agent_moves_is_neither_trained_nor_counted() -> None:
+    # ConnectFour, the agent second: the opponent's invalid first move ends the game
+    # before the agent's turn; the episode is recorded as such, the agent never asked
+    task = TextArenaTask("ConnectFour-v0", num_train=2, num_validation=1, player=1,
+                         opponent_function=NONSENSE)
+    agent = FirstFreeCell()
+    sample = task.get_sample("train-000000")
+    [episode] = roll_out_lockstep([(sample, 0)], task, agent, 0, [0])
+    assert agent.acted_in == [] and episode.trajectory is None and episode.turns == 0
+    assert episode.status is EpisodeStatus.NO_AGENT_TURN
+    assert episode.outcome is Outcome.UNKNOWN and episode.reward == 0.0
+    assert "invalid" in episode.info["ended_before_agent"].lower()
+    assert "[Player 0] [nonsense]" in episode.chat[0].content
+    # in no success rate: one won game of TicTacToe and this one are 1 of 1
+    won = roll_out_lockstep([(task_tictactoe().get_sample("train-000000"), 0)],
+                            task_tictactoe(), FirstFreeCell(), 0, [0])[0]
+    records = [episode.to_record(), won.to_record()]
+    statistics = episode_statistics(records)
+    assert statistics["episodes"] == 1.0 and statistics["status/no_agent_turn"] == 0.5
+    assert statistics["success_rate"] == float(won.outcome is Outcome.CORRECT)
+
+
+def task_tictactoe() -> TextArenaTask:
+    return TextArenaTask("TicTacToe-v0", num_train=2, num_validation=1,
+                         opponent_function=OPPONENT)
+
+
+def test_an_opponent_that_raises_is_the_games_error_not_a_task_error() -> None:
+    # on its first move (the agent second): the game never reached the agent
+    task = TextArenaTask("TicTacToe-v0", num_train=2, num_validation=1, player=1,
+                         opponent_function=BROKEN)
+    [episode] = roll_out_lockstep([(task.get_sample("train-000000"), 0)], task,
+                                  FirstFreeCell(), 0, [0], faults=FaultPolicy())
+    assert episode.status is EpisodeStatus.NO_AGENT_TURN
+    assert "KeyError" in episode.info["ended_before_agent"]
+    # after the agent's move: the episode ends there, scored 0, the error recorded
+    task = TextArenaTask("TicTacToe-v0", num_train=2, num_validation=1,
+                         opponent_function=BROKEN)
+    episode, _ = started(task, "train-000000")
+    observation, reward, terminated, _, info = episode.step("[4]")
+    assert terminated and observation == "" and reward == 0.0
+    assert info["status"] is EpisodeStatus.COMPLETED and info["outcome"] is Outcome.INCORRECT
+    assert info["metrics"]["environment_error"] == 1.0 and info["metrics"]["won"] == 0.0
+    assert info["extras"]["environment_error"].startswith(
+        "TicTacToe-v0: the opponent failed: KeyError")
+
+
+def test_a_share_of_the_hands_at_the_success_threshold_is_won() -> None:
+    # Blackjack pays the share of hands won: 1 of 2 is 0.5, lost at the default
+    # threshold (a whole win), won at 0.5
+    def stand(threshold: float) -> dict:
+        task = TextArenaTask("Blackjack-v0", env_kwargs={"num_hands": 2}, num_train=8,
+                             num_validation=1, success_threshold=threshold)
+        episode, _ = started(task, "train-000007")
+        while True:
+            _, reward, terminated, _, info = episode.step("[Stand]")
+            if terminated:
+                assert reward == 0.5
+                return info
+    assert stand(1.0)["outcome"] is Outcome.INCORRECT
+    info = stand(0.5)
+    assert info["outcome"] is Outcome.CORRECT and info["metrics"]["won"] == 1.0
+
+
+def test_alternate_gives_the_episodes_of_a_group_both_sides() -> None:
+    task = TextArenaTask("TicTacToe-v0", num_train=4, num_validation=1, max_turns=1,
+                         player="alternate", opponent_function=OPPONENT)
+    samples = [(task.get_sample("train-000002"), group) for group in range(4)]
+    episodes = roll_out_lockstep(samples, task, FirstFreeCell(), 0, list(range(4)))
+    sides = [0 if "As Player 0" in e.chat[0].content else 1 for e in episodes]
+    assert sides == [0, 1, 0, 1]
+
+
+def test_check_parameters_names_a_wrong_id_or_argument() -> None:
+    TextArenaTask.check_parameters({"env_id": "Blackjack-v0", "env_kwargs": {"num_hands": 2}})
+    with pytest.raises(TaskSettingError) as error:
+        TextArenaTask.check_parameters({"env_id": "BlackJack-v0"})
+    assert error.value.key == ("env_id",)
+    assert "'BlackJack-v0'" in error.value.message and "'Blackjack-v0'" in error.value.message
+    with pytest.raises(TaskSettingError) as error:
+        TextArenaTask.check_parameters({"env_id": "Blackjack-v0",
+                                        "env_kwargs": {"num_hand": 2}})
+    assert error.value.key == ("env_kwargs", "num_hand")
+    assert "'num_hands'" in error.value.message
+
+
 @pytest.mark.slow
 @requires_embedded_model
 def test_guess_the_number_trains_two_batches(tmp_path: Path) -> None:
@@ -201,6 +349,9 @@ def test_tictactoe_against_a_frozen_copy_and_in_self_play(tmp_path: Path,
         player = 0 if "As Player 0" in user_turns[0] else 1
         if player == 1:  # the opponent (player 0) moved first, as the game reports it
             assert "[Player 0]" in user_turns[0]
+        if episode["status"] == "no_agent_turn":  # the opponent lost on its opening
+            assert player == 1 and episode["turns"] == episode["completion_tokens"] == 0
+            continue
         # the agent's replies are the trained tokens: one sampled turn per agent message
         assert episode["turns"] == len(agent_turns) and episode["completion_tokens"] > 0
         assert sum(episode["metrics"][key] for key in ("won", "lost", "drawn")) <= 1.0

@@ -1,9 +1,14 @@
 """A verifiers taskset package for the tests: an Env whose `finalize` judges the group
-(a bonus for the longest reply), and a reward that fails when told to."""
+(a bonus for the longest reply), and a reward that fails, or blocks its event loop, when
+told to."""
 
 from __future__ import annotations
 
+import time
+
 import verifiers.v1 as vf
+
+BLOCK_S = 60.0  # how long a blocking reward holds the loop
 
 
 class EchoData(vf.TaskData):
@@ -15,17 +20,21 @@ class EchoTask(vf.Task[EchoData]):
     async def correct(self, trace: vf.Trace) -> float:
         if self.data.answer == "fail":
             raise ZeroDivisionError("the reward function has a bug")
+        if self.data.answer == "block":
+            time.sleep(BLOCK_S)  # a blocking call where it should await: holds the loop
         return float(trace.last_reply == self.data.answer)
 
 
 class EchoConfig(vf.TasksetConfig):
     failing: bool = False  # every task's reward raises
+    blocking: bool = False  # every task's reward blocks the loop for BLOCK_S
 
 
 class EchoTaskset(vf.Taskset[EchoTask, EchoConfig]):
     def load(self):
         for index in range(4):
-            answer = "fail" if self.config.failing else str(index)
+            answer = ("fail" if self.config.failing else "block" if self.config.blocking
+                      else str(index))
             yield EchoTask(EchoData(prompt=f"Say {index}.", answer=answer), self.config.task)
 
 

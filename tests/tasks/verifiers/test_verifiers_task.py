@@ -4,6 +4,8 @@ token-exact multi-turn tool episodes, group terms from `Env.finalize`, and clear
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,10 @@ from src.records.episode import Episode, EpisodeStatus, Outcome  # noqa: E402
 from src.run.rollout import roll_out_lockstep  # noqa: E402
 from src.tasks.instance.math_problems.task import MathProblemsTask  # noqa: E402
 from src.tasks.instance.verifiers.task import VerifiersTask  # noqa: E402
+from src.tasks.task import TaskSettingError  # noqa: E402
 from tests.agents.openai_endpoint.test_tool_calls import TOOL_TEMPLATE  # noqa: E402
 from tests.agents.scripted_model import ScriptedLanguageModel  # noqa: E402
+from tests.tasks.verifiers.judged_env import BLOCK_S  # noqa: E402
 
 ARITHMETIC = "examples.verifiers_envs.arithmetic"
 CALCULATOR = "examples.verifiers_envs.calculator"
@@ -99,12 +103,42 @@ def test_without_a_validation_taskset_the_last_tasks_are_held_out() -> None:
         task.close()
 
 
-@pytest.mark.parametrize(("parameters", "message"), [
-    ({"environment": "no_such_environment_here"}, "taskset 'no_such_environment_here' not found"),
-    ({"environment": "examples.verifiers_envs.nothing"}, "cannot import the taskset package"),
-    ({"environment": ARITHMETIC, "arguments": {"no_field": 1}}, "(?s)arguments of .*no_field"),
+SETTING_MISTAKES = [  # (parameters, the key named, what the message says)
+    ({"environment": "no_such_environment_here"}, ("environment",),
+     "unknown verifiers environment 'no_such_environment_here'"),
+    ({"environment": "textaren"}, ("environment",), "did you mean 'textarena'"),
+    ({"environment": "examples.verifiers_envs.arithmtic"}, ("environment",),
+     f"did you mean '{ARITHMETIC}'"),
+    ({"environment": "examples.verifier_envs.calculator"}, ("environment",),
+     "did you mean 'examples.verifiers_envs'"),
+    ({"environment": ARITHMETIC, "arguments": {"splt": "validation"}}, ("arguments", "splt"),
+     "unknown argument 'splt'; did you mean 'split'"),
+    ({"environment": CALCULATOR, "arguments": {"tools": {"urll": "x"}}},
+     ("arguments", "tools", "urll"), "did you mean 'url'"),
     ({"environment": ARITHMETIC, "validation_arguments": {"split": "test"}},
-     "(?s)validation_arguments of .*split"),
+     ("validation_arguments", "split"), "'train' or 'validation'"),
+    ({"environment": ARITHMETIC, "env_arguments": {"retries": {"max_retrie": 1}}},
+     ("env_arguments", "retries", "max_retrie"), "did you mean 'max_retries'"),
+]
+
+
+@pytest.mark.parametrize(("parameters", "key", "message"), SETTING_MISTAKES)
+def test_a_dry_run_names_what_the_environment_does_not_have(parameters: dict, key: tuple,
+                                                            message: str) -> None:
+    with pytest.raises(TaskSettingError, match=message) as raised:
+        VerifiersTask.check_parameters(parameters)
+    assert raised.value.key == key
+    with pytest.raises(TaskSettingError, match=message):  # building it says the same
+        VerifiersTask(**parameters)
+
+
+def test_a_dry_run_passes_what_the_environment_takes() -> None:
+    VerifiersTask.check_parameters({"environment": CALCULATOR, "max_turns": 3,
+                                    "arguments": {"tools": {"url": None}},
+                                    "validation_arguments": {"split": "validation"}})
+
+
+@pytest.mark.parametrize(("parameters", "message"), [
     ({"environment": ARITHMETIC, "num_validation": 100}, "leaves none to train on"),
     ({"environment": ARITHMETIC, "num_train": 100}, "has 16 train tasks"),
 ])
@@ -146,6 +180,12 @@ def test_a_tool_episode_is_trained_on_exactly_what_was_sampled(scripted, calcula
             task.close()
     assert episode.status is EpisodeStatus.COMPLETED and episode.reward == 1.0
     assert episode.metrics["model_calls"] == 2.0
+    # the chat holds both calls and the tool's answer between them, a turn a call
+    assert [(message.role.value, message.content) for message in episode.chat] == [
+        ("user", "What is 12 * 13?"), ("agent", f"Let me compute.\n{CALL}"),
+        ("user", "<tool_response>\n156\n</tool_response>"), ("agent", "It is 156.")]
+    assert episode.turns == 2 and episode.metrics["tool_calls"] == 1.0
+    assert episode.metrics["malformed_tool_calls"] == 0.0
     transcript = episode.info["verifiers_transcript"]
     if tool_protocol == "native":
         assert episode.metrics["tool_calls"] == 1.0 and episode.metrics["tool_results"] == 1.0
@@ -177,7 +217,29 @@ def test_a_prompted_call_nested_past_the_json_reader_is_answered_as_an_error(scr
         task.close()
     assert episode.status is EpisodeStatus.COMPLETED and episode.error is None
     assert episode.info["verifiers_transcript"][3]["content"].startswith(
-        "<tool_response>\nerror: the call is not JSON (maximum recursion depth exceeded")
+        "<tool_response>\nerror: nested too deeply to read")
+    # the unreadable call is counted, and its error answer is in the chat
+    assert episode.metrics["malformed_tool_calls"] == 1.0
+    assert episode.metrics["tool_calls"] == 0.0
+    assert episode.turns == 2 and [m.role.value for m in episode.chat] == [
+        "user", "agent", "user", "agent"]
+    assert episode.chat[2].content.startswith("<tool_response>\nerror: nested too deeply")
+
+
+def test_a_prompted_reply_runs_its_readable_calls_and_answers_each_unreadable_one(
+        scripted) -> None:
+    task = VerifiersTask(CALCULATOR, num_validation=2, tool_protocol="prompted")
+    try:
+        _, (episode,) = roll_out(scripted([f'{CALL}\n<tool_call>{{"nam": 1}}</tool_call>',
+                                           "It is 156."]), task)
+    finally:
+        task.close()
+    assert episode.status is EpisodeStatus.COMPLETED and episode.reward == 1.0
+    assert episode.chat[2].content == (
+        '<tool_response>\n156\n</tool_response>\n<tool_response>\nerror: not a JSON object '
+        'with a "name"\n</tool_response>')
+    assert episode.metrics["tool_calls"] == 1.0
+    assert episode.metrics["malformed_tool_calls"] == 1.0
 
 
 def test_the_turn_limit_ends_a_rollout_as_truncated(scripted, calculator) -> None:
@@ -210,7 +272,8 @@ def test_a_failing_reward_is_a_task_error(scripted) -> None:
 
 
 def test_finalize_judges_the_whole_group(scripted) -> None:
-    task = VerifiersTask("tests.tasks.verifiers.judged_env", num_validation=1)
+    task = VerifiersTask("tests.tasks.verifiers.judged_env", num_validation=1,
+                         success_threshold=0.5)
     try:
         _, episodes = roll_out(scripted(["0", "000", "no"]), task, group=3)
     finally:
@@ -219,6 +282,32 @@ def test_finalize_judges_the_whole_group(scripted) -> None:
     assert [episode.reward for episode in episodes] == [1.0, 0.5, 0.0]
     assert [episode.metrics["longest"] for episode in episodes] == [0.0, 1.0, 0.0]
     assert all(episode.metrics["group_size"] == 3.0 for episode in episodes)
+    # "000" was wrong (0.0) until the group's bonus reached the threshold: correct now
+    assert [episode.outcome for episode in episodes] == [
+        Outcome.CORRECT, Outcome.CORRECT, Outcome.INCORRECT]
+
+
+def test_a_reward_that_blocks_the_loop_ends_its_episode_as_an_environment_error(
+        scripted) -> None:
+    # the reward blocks for BLOCK_S: the rollout's own deadline cannot fire meanwhile
+    task = VerifiersTask("tests.tasks.verifiers.judged_env", {"blocking": True},
+                         num_validation=1, rollout_timeout_s=10.0)
+    started = time.monotonic()
+    try:
+        _, (episode,) = roll_out(scripted(["0"]), task)
+    finally:
+        task.close()  # bounded too, though the loop is still blocked
+    assert episode.status is EpisodeStatus.TASK_ERROR
+    assert "blocked the event loop" in episode.error
+    assert time.monotonic() - started < BLOCK_S - 10
+
+
+def test_the_endpoint_key_goes_to_the_rollout_client_alone(scripted, calculator) -> None:
+    before = dict(os.environ)
+    agent, (episode,) = roll_out(scripted([CALL, "It is 156."], TOOL_TEMPLATE), calculator)
+    assert episode.status is EpisodeStatus.COMPLETED and episode.reward == 1.0
+    assert agent.endpoint.secret not in os.environ.values()
+    assert dict(os.environ) == before  # nothing for tool servers started later to inherit
 
 
 def test_the_agent_needs_a_function_or_self_driven_episodes(scripted) -> None:

@@ -6,8 +6,8 @@ but the sandbox (see sandbox_backends), and come back as text: rows as AgentBenc
 them (a Python list of tuples), at most `max_rows_shown` of them with a note of how many
 were cut, or "Error: ..." for a refused or failed statement or a broken bound, cut at
 `max_observation_chars`. Nothing the model sends raises. A statement that leaves the
-sandbox's tables larger than `max_storage_mb` sets `storage_exceeded` (on SQLite such a
-write fails instead).
+sandbox's tables larger than `max_storage_mb` sets `storage_exceeded` (on PostgreSQL it
+is also rolled back; on SQLite such a write fails instead).
 
 The grader reads the problem's table within the same bounds, and only while it is still
 the table it was: a table replaced by a view, or whose columns changed, reads as None.
@@ -24,8 +24,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from src.tasks.instance.db_bench.problem import TableSpec, Value
 from src.tasks.instance.db_bench.sandbox_backends import (
+    Fetched,
     SandboxLimits,
     StatementFailed,
+    StorageExceeded,
     open_backend,
 )
 from src.tasks.instance.db_bench.statement_guard import StatementGuard, StatementRejected
@@ -112,7 +114,8 @@ class SqlSandbox:
         self.dialect = self._backend.dialect
         self._preparer = self._backend.connection.dialect.identifier_preparer
         self._guard = StatementGuard(self.dialect, self._backend.foreign_namespaces,
-                                     own_names=frozenset({table.name.lower()}))
+                                     own_names=frozenset({table.name.lower()}),
+                                     max_value_bytes=settings.max_value_bytes)
         # Only PostgreSQL refuses to compare text with a number; SQLite and MySQL keep every
         # column as the data declares it (MySQL's TEXT is what AgentBench's md5 hashes).
         self._table, self._rows = build_table(table,
@@ -154,16 +157,14 @@ class SqlSandbox:
             statement = self._guard.check(sql)
         except StatementRejected as error:
             return StatementResult(error=str(error))
-        result = self._run(statement)
         try:
-            exceeded = self._backend.storage_exceeded()
-        except StatementFailed:  # what cannot be measured counts as too much
-            exceeded = True
-        if exceeded:
+            return self._result(self._backend.run_within_storage(statement))
+        except StorageExceeded:
             self.storage_exceeded = True
             return StatementResult(error=f"the sandbox's tables hold more than "
                                          f"{self.settings.max_storage_mb:g} MB, its limit")
-        return result
+        except StatementFailed as error:
+            return StatementResult(error=str(error))
 
     def observation(self, result: StatementResult) -> str:
         settings = self.settings
@@ -174,9 +175,12 @@ class SqlSandbox:
 
     def _run(self, statement: str) -> StatementResult:
         try:
-            fetched = self._backend.run(statement)
+            return self._result(self._backend.run(statement))
         except StatementFailed as error:
             return StatementResult(error=str(error))
+
+    @staticmethod
+    def _result(fetched: Fetched) -> StatementResult:
         if fetched.rows is None:
             return StatementResult(rowcount=fetched.rowcount)
         return StatementResult(rows=tuple(tuple(plain_value(value) for value in row)

@@ -29,9 +29,8 @@ from src.tasks.instance.math_problems.rewards import (
 from src.tasks.instance.math_problems.verification import start_verifier
 from src.tasks.instance.math_problems.verl_reward import (
     CUSTOM,
+    CustomReward,
     CustomRewardFunction,
-    custom_reward,
-    load_compute_score,
 )
 from src.tasks.task import (
     EpisodeEnv,
@@ -104,8 +103,8 @@ class MathProblemsTask(Task["MathEpisode"]):
         self.data_source = source if source != "file" else str(data_path)
         custom = None
         if custom_reward_function is not None:
-            custom = custom_reward(load_compute_score(
-                CustomRewardFunction.model_validate(custom_reward_function)), self.data_source)
+            custom = CustomReward(CustomRewardFunction.model_validate(custom_reward_function),
+                                  self.data_source)
             self.reward_weights.setdefault(CUSTOM, 1.0)
         available = set(TEXT_REWARDS) | set(GROUP_REWARDS) | ({CUSTOM} if custom else set())
         unknown = set(self.reward_weights) - available

@@ -3,7 +3,7 @@
 `custom_reward_function: {path, name}` names a Python file and a function
 `compute_score(data_source, solution_str, ground_truth, extra_info)` returning a float,
 or a dict whose "score" is the reward (its other numeric keys become metrics).
-`custom_reward` makes it the math rubric's `custom` reward function.
+`CustomReward` makes it the math rubric's `custom` reward function.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from src.tasks.rubric import DetailedReward, RewardFunction
+from src.tasks.rubric import DetailedReward
 
-CUSTOM = "custom"  # the reward's name: that of the function `custom_reward` makes
+CUSTOM = "custom"  # the reward's name: that of a `CustomReward`
 
 
 class CustomRewardFunction(BaseModel):
@@ -57,15 +57,28 @@ def read_score(result: Any, where: str) -> tuple[float, dict[str, float]]:
                     f"with 'score'")
 
 
-def custom_reward(compute_score: Callable[..., Any], data_source: str) -> RewardFunction:
-    """The reward function `custom`: `compute_score` called as verl calls it, its dict's
-    other numbers reported as `custom/<key>`."""
+class CustomReward:
+    """The reward function `custom`: the file's `compute_score` called as verl calls it,
+    its dict's other numbers reported as `custom/<key>`. It crosses to the rubric's
+    scoring process as the file's path and the function's name, and loads the file again
+    there (a file loaded by path is no module that process could import)."""
 
-    def custom(reply: str, answer: str, sample: Mapping[str, Any],
-               sample_id: str) -> DetailedReward:
+    def __init__(self, config: CustomRewardFunction, data_source: str) -> None:
+        self.config = config
+        self.data_source = data_source
+        self.compute_score = load_compute_score(config)
+        self.__name__ = CUSTOM
+
+    def __getstate__(self) -> tuple[CustomRewardFunction, str]:
+        return self.config, self.data_source
+
+    def __setstate__(self, state: tuple[CustomRewardFunction, str]) -> None:
+        self.__init__(*state)
+
+    def __call__(self, reply: str, answer: str, sample: Mapping[str, Any],
+                 sample_id: str) -> DetailedReward:
         extra_info: dict[str, Any] = {"sample_id": sample_id, "question": sample["question"]}
-        score, details = read_score(compute_score(data_source, reply, answer, extra_info),
-                                    "custom_reward_function")
+        score, details = read_score(
+            self.compute_score(self.data_source, reply, answer, extra_info),
+            "custom_reward_function")
         return DetailedReward(score, details)
-
-    return custom

@@ -5,10 +5,17 @@ dataset, or a weighted mix through reasoning-gym's own composite dataset), each 
 with its own seed so that train, validation and selection are separate draws, and a
 resumed run asks the same problems. The prompt is the dataset's question and an
 instruction on where to put the final answer; the answer is pulled out of the reply (the
-last `\\boxed{}`, or the last `<answer>` tag, reasoning-gym's own format) and scored by
-that dataset's `score_answer`, never re-implemented here. A reply counts as correct when
-the score is 1. Each dataset is a category of the per-category tables; the dataset's
-answer is the oracle's reply.
+last `\\boxed{}`, or the last `<answer>` tag, reasoning-gym's own format; stripped of the
+whitespace around it, as a reader takes it: src/tasks/answers.py) and scored by that
+dataset's `score_answer`, never re-implemented here. The scorer runs bounded in time
+(`scorer_timeout_s`), in the scoring process of the rubric (src/tasks/rubric.py): a
+reply that keeps it computing (countdown's sympy on `9**9**9**9`) scores 0, with the
+metric `scorer_timeout`. A reply counts as correct when the score is 1. Each dataset is
+a category of the per-category tables; the dataset's answer is the oracle's reply.
+
+The held-out splits never ask a question drawn for training: validation skips any
+question of the train split, selection any of train or validation (by question text),
+drawing reasoning-gym's problems on until each holds as many as asked.
 
 A curriculum: with `curriculum_levels`, the train split is cut into as many consecutive
 blocks as levels, block k drawn at reasoning-gym's curriculum level `curriculum_levels[k]`
@@ -19,23 +26,19 @@ order) a run climbs the levels one block after the other.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
-from src.tasks.answers import (
-    MAX_ANSWER_CHARS,
-    answer_part,
-    last_answer_tag,
-    last_boxed_content,
-)
+from src.runtime.bounded_call import SCORER_TIMEOUT_S
+from src.tasks.answers import MAX_ANSWER_CHARS, AnswerFormat, final_answer
 from src.tasks.instance.optional_packages import import_optional
 from src.tasks.rubric import Rubric
 from src.tasks.single_turn import SingleTurnTask
-from src.tasks.task import derived_seed
+from src.tasks.task import TaskSettingError, derived_seed, unknown_name
 
 reasoning_gym = import_optional("reasoning_gym", "reasoning_gym")
 
-AnswerFormat = Literal["boxed", "answer_tag"]
 INSTRUCTIONS: dict[str, str] = {
     "boxed": "Put your final answer in \\boxed{}.",
     "answer_tag": "Put your final answer between <answer> and </answer>.",
@@ -44,9 +47,10 @@ INSTRUCTIONS: dict[str, str] = {
 
 class ReasoningGymTask(SingleTurnTask):
     """One reasoning-gym problem per episode, one reply, scored by the dataset's own
-    `score_answer`. Metrics: `score` (the dataset's score of the extracted answer) and
-    `answered` (an answer was found in the reply: the format rate). The reward is the
-    score, plus `format_weight` for an answered reply; correct means a score of 1."""
+    `score_answer`. Metrics: `score` (the dataset's score of the extracted answer),
+    `answered` (an answer was found in the reply: the format rate) and `scorer_timeout`
+    (the dataset's scorer ran past its bound on the reply, which then scores 0). The reward
+    is the score, plus `format_weight` for an answered reply; correct means a score of 1."""
 
     def __init__(
         self,
@@ -55,6 +59,8 @@ class ReasoningGymTask(SingleTurnTask):
         # the dataset's own parameters (a mix: name -> that dataset's parameters)
         config: dict[str, Any] | None = None,
         num_train: int = 256,
+        # the held-out splits skip any question drawn for the train split (and selection
+        # any drawn for validation), drawing on until they hold as many as asked
         num_validation: int = 64,
         num_selection: int = 0,
         seed: int = 0,
@@ -67,15 +73,11 @@ class ReasoningGymTask(SingleTurnTask):
         # added to the reward for a reply whose answer could be extracted (0: the reward
         # is the dataset's score alone)
         format_weight: float = 0.0,
+        # seconds the dataset's scorer may take on one answer; past it the answer scores 0
+        scorer_timeout_s: float = SCORER_TIMEOUT_S,
     ) -> None:
+        self.check_parameters({"dataset": dataset, "config": config})
         weights = {dataset: 1.0} if isinstance(dataset, str) else dict(dataset)
-        if not weights:
-            raise ValueError("dataset: name at least one reasoning-gym dataset")
-        unknown = sorted(set(weights) - set(reasoning_gym.factory.DATASETS))
-        if unknown:
-            raise ValueError(f"dataset: unknown reasoning-gym datasets {unknown} (there are "
-                             f"{len(reasoning_gym.factory.DATASETS)}, e.g. "
-                             f"{', '.join(sorted(reasoning_gym.factory.DATASETS)[:5])})")
         if any(not weight > 0 for weight in weights.values()):
             raise ValueError(f"dataset: every weight of a mix must be positive, got {weights}")
         configs = _configs_by_dataset(weights, config or {}, single=isinstance(dataset, str))
@@ -90,53 +92,84 @@ class ReasoningGymTask(SingleTurnTask):
         self.answer_format = answer_format
         self.curriculum_levels = curriculum_levels
         counts = {"train": num_train, "validation": num_validation, "selection": num_selection}
-        self._datasets: dict[str, list[Any]] = {}  # split -> a dataset per block
+        draws: dict[str, list[_Draw]] = {}  # split -> the draw of each block
         rows: dict[str, list[dict[str, Any]]] = {}
+        asked: set[str] = set()  # the questions of the splits drawn so far
         for split, count in counts.items():
             if count <= 0:
                 continue
             levels = (curriculum_levels or [None]) if split == "train" else (
                 [curriculum_levels[-1]] if curriculum_levels else [None])
             blocks = _block_sizes(count, len(levels))
-            self._datasets[split] = []
+            draws[split] = []
             rows[split] = []
             for block, (level, size) in enumerate(zip(levels, blocks, strict=True)):
-                generated = _dataset(weights, configs, level, size,
-                                     derived_seed("reasoning_gym", seed, split, block))
-                self._datasets[split].append(generated)
-                rows[split].extend(_row(generated[index], weights, (split, block, index))
-                                   for index in range(size))
+                seed_of_block = derived_seed("reasoning_gym", seed, split, block)
+                draw, indices = (
+                    _Draw(weights, configs, level, size, seed_of_block), range(size)
+                ) if split == "train" else _draw_skipping(
+                    weights, configs, level, size, seed_of_block, asked, split)
+                draws[split].append(draw)
+                rows[split].extend(_row(draw.dataset[index], weights, (split, block, index))
+                                   for index in indices)
+            asked |= {row["question"] for row in rows[split]}
+        self.scorer = DatasetScore(draws, answer_format)
         # a score above 0 needs an extracted answer, so the sum reaches 1 + format_weight
         # exactly when the dataset's score is 1: correct means the dataset's full marks
-        super().__init__(rows, Rubric([self.score, self.answered], weights=[1.0, format_weight]),
+        super().__init__(rows, Rubric([self.scorer, Answered(answer_format)],
+                                      weights=[1.0, format_weight], timeout_s=scorer_timeout_s),
                          prompt="{question}", oracle=self._oracle,
                          threshold=1.0 + format_weight)
         self.instruction = instruction if instruction is not None else INSTRUCTIONS[answer_format]
         self.preamble = preamble
 
+    @classmethod
+    def check_parameters(cls, parameters: Mapping[str, Any]) -> None:
+        """The datasets named exist, and each config key is a field of its dataset's config
+        (the seed and size excepted: the task sets them)."""
+        dataset = parameters.get("dataset")
+        config = parameters.get("config") or {}
+        known = sorted(reasoning_gym.factory.DATASETS)
+        if isinstance(dataset, str):
+            names, single = {dataset: ("dataset",)}, True
+        elif isinstance(dataset, Mapping) and dataset:
+            names, single = {name: ("dataset", name) for name in dataset}, False
+        else:
+            raise TaskSettingError(("dataset",), "name a reasoning-gym dataset, or a mix: "
+                                   "name -> weight")
+        for name, key in names.items():
+            if name not in reasoning_gym.factory.DATASETS:
+                raise TaskSettingError(key, unknown_name("reasoning-gym dataset", name, known))
+        if not isinstance(config, Mapping):
+            raise TaskSettingError(("config",), "the dataset's parameters: a mapping")
+        if single:
+            by_dataset = {next(iter(names)): (("config",), config)}
+        else:
+            for name in config:
+                if name not in names:
+                    raise TaskSettingError(("config", name), f"'{name}' is not a dataset of the "
+                                           f"mix {sorted(names)} (a mix's config maps each "
+                                           "dataset to its own parameters)")
+            by_dataset = {name: (("config", name), config[name] or {}) for name in config}
+        for name, (key, parameters_of) in by_dataset.items():
+            fields = [field.name for field in dataclasses.fields(
+                reasoning_gym.factory.DATASETS[name][1])]
+            for parameter in parameters_of:
+                if parameter in ("seed", "size"):
+                    raise TaskSettingError((*key, parameter), f"'{parameter}' is set by the "
+                                           "task (seed, num_train, num_validation, "
+                                           "num_selection)")
+                if parameter not in fields:
+                    raise TaskSettingError((*key, parameter), unknown_name(
+                        f"parameter of reasoning-gym's '{name}'", str(parameter),
+                        [field for field in fields if field not in ("seed", "size")]))
+
     def prompt(self, sample: Mapping[str, Any]) -> str:
         return f"{self.preamble}{sample['question']}\n{self.instruction}"
 
-    # ---- the rubric: the dataset's scorer on the extracted answer --------------------
     def extract(self, reply: str) -> str | None:
         """The final answer of a reply in the task's format, or None."""
-        text = answer_part(reply)
-        if self.answer_format == "boxed":
-            return last_boxed_content(text)
-        return last_answer_tag(text)
-
-    def score(self, reply: str, sample: Mapping[str, Any]) -> float:
-        """The dataset's own score of the reply's answer (0 where there is none)."""
-        answer = self.extract(reply)
-        if answer is None or len(answer) > MAX_ANSWER_CHARS:
-            return 0.0
-        split, block, index = sample["source"]
-        dataset = self._datasets[split][block]
-        return float(dataset.score_answer(answer, dataset[index]))
-
-    def answered(self, reply: str) -> float:
-        answer = self.extract(reply)
-        return float(answer is not None and len(answer) <= MAX_ANSWER_CHARS)
+        return final_answer(reply, self.answer_format)
 
     def _oracle(self, sample: Mapping[str, Any]) -> str:
         if self.answer_format == "boxed":
@@ -144,22 +177,65 @@ class ReasoningGymTask(SingleTurnTask):
         return f"<answer>{sample['answer']}</answer>"
 
 
+# ---- the rubric: the dataset's scorer on the extracted answer, in the scoring process --
+class _Draw:
+    """The problems of one block of a split: reasoning-gym's dataset of `size` problems
+    drawn with `seed`, at a curriculum `level` where one is given. It crosses to the
+    scoring process as these parameters, and draws the same dataset again there."""
+
+    def __init__(self, weights: Mapping[str, float], configs: Mapping[str, dict[str, Any]],
+                 level: int | None, size: int, seed: int) -> None:
+        self.recipe = (dict(weights), {name: dict(value) for name, value in configs.items()},
+                       level, size, seed)
+        self.dataset = _dataset(*self.recipe)
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return self.recipe
+
+    def __setstate__(self, recipe: tuple[Any, ...]) -> None:
+        self.recipe = recipe
+        self.dataset = _dataset(*recipe)
+
+
+class DatasetScore:
+    """The rubric's `score`: the dataset's own `score_answer` on the reply's final answer
+    (0 where there is none, or it is longer than MAX_ANSWER_CHARS)."""
+
+    def __init__(self, draws: Mapping[str, list[_Draw]], answer_format: AnswerFormat) -> None:
+        self.draws = dict(draws)
+        self.answer_format = answer_format
+        self.__name__ = "score"
+
+    def __call__(self, reply: str, sample: Mapping[str, Any]) -> float:
+        answer = final_answer(reply, self.answer_format)
+        if answer is None or len(answer) > MAX_ANSWER_CHARS:
+            return 0.0
+        split, block, index = sample["source"]
+        dataset = self.draws[split][block].dataset
+        return float(dataset.score_answer(answer, dataset[index]))
+
+
+class Answered:
+    """The rubric's `answered`: 1 where the reply holds an answer in the format."""
+
+    def __init__(self, answer_format: AnswerFormat) -> None:
+        self.answer_format = answer_format
+        self.__name__ = "answered"
+
+    def __call__(self, reply: str) -> float:
+        answer = final_answer(reply, self.answer_format)
+        return float(answer is not None and len(answer) <= MAX_ANSWER_CHARS)
+
+
 def _configs_by_dataset(weights: Mapping[str, float], config: Mapping[str, Any],
                         single: bool) -> dict[str, dict[str, Any]]:
+    """Each dataset's parameters (names checked by `check_parameters`)."""
     if single:
         configs = {next(iter(weights)): dict(config)}
     else:
-        unknown = sorted(set(config) - set(weights))
-        if unknown:
-            raise ValueError(f"config: {unknown} are not datasets of the mix {sorted(weights)} "
-                             "(a mix's config maps each dataset to its own parameters)")
         configs = {name: dict(config.get(name) or {}) for name in weights}
     for name, parameters in configs.items():
-        reserved = sorted({"seed", "size"} & set(parameters))
-        if reserved:
-            raise ValueError(f"config of '{name}': {reserved} are set by the task (seed, "
-                             "num_train, num_validation, num_selection)")
-        # the dataset's own check of its parameters, before any sample is drawn
+        # the dataset's own check of its values, before any sample is drawn
         reasoning_gym.create_dataset(name, **parameters, seed=0, size=1)
     return configs
 
@@ -195,6 +271,28 @@ def _row(entry: Mapping[str, Any], weights: Mapping[str, float],
         iter(weights))
     return {"question": str(entry["question"]), "answer": str(entry["answer"]),
             "category": str(category), "source": source}
+
+
+def _draw_skipping(weights: Mapping[str, float], configs: Mapping[str, dict[str, Any]],
+                   level: int | None, size: int, seed: int, asked: set[str],
+                   split: str) -> tuple[_Draw, list[int]]:
+    """A held-out block of `size` problems none of whose questions is in `asked`: the
+    dataset's problems in order, skipping those, drawn further where needed (the same
+    problems as a plain draw where none is skipped). ValueError where the dataset has too
+    few other questions."""
+    limit = 4 * size + 256  # problems drawn at most before giving up
+    draw, indices, index = _Draw(weights, configs, level, size, seed), [], 0
+    while len(indices) < size and index < limit:
+        if index >= draw.recipe[3]:  # reasoning-gym's own problems past this size
+            draw = _Draw(weights, configs, level, min(2 * draw.recipe[3], limit), seed)
+        if str(draw.dataset[index]["question"]) not in asked:
+            indices.append(index)
+        index += 1
+    if len(indices) < size:
+        raise ValueError(f"{split}: only {len(indices)} of {index} problems drawn were not "
+                         f"in the train split (or validation), {size} asked: the dataset has "
+                         "too few distinct questions; ask fewer or widen its config")
+    return draw, indices
 
 
 def _block_sizes(count: int, blocks: int) -> list[int]:

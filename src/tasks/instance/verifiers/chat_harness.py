@@ -14,7 +14,12 @@ before (the endpoint's prefix property). Tools, two ways:
 - `prompted`: for templates without tools (the embedded SmolLM2): the tools are listed in
   the system message and calls are read from the reply text, in the same Hermes blocks
   (`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`); the results go back as one
-  user message of `<tool_response>` blocks. The trace then holds no `tool` messages.
+  user message of `<tool_response>` blocks. The trace then holds no `tool` messages. The
+  preamble, the parser and the results' text are the project's one prompted protocol
+  (src/language_models/tool_calls.py), as the LoRA agent feeds tool episodes. The
+  harness reads the calls here, so it counts them (`tool_calls`, and
+  `malformed_tool_calls`: blocks it could not read, each answered with its error while
+  the reply's other calls run), as the endpoint counts the native ones.
 The conversation ends at the first reply without a tool call, or when the interception
 refuses a call (the agent's `max_turns`, a refused or failed model call).
 """
@@ -23,13 +28,18 @@ from __future__ import annotations
 
 import importlib
 import json
-import re
 from contextlib import AsyncExitStack
 from typing import Any, Literal
 
 import httpx
 from openai import APIError, AsyncOpenAI
 
+from src.language_models.tool_calls import (
+    ToolCall,
+    hermes_calls,
+    tool_preamble,
+    tool_response_text,
+)
 from src.tasks.instance.optional_packages import import_optional
 
 import_optional("verifiers", "verifiers")  # where it is missing: the pip command
@@ -38,7 +48,6 @@ mcp_utils = importlib.import_module("verifiers.v1.harnesses.utils.mcp")
 chat_dialect = importlib.import_module("verifiers.v1.dialects.chat")
 
 HARNESS_ID = "agent_rl_chat"  # the name the adapter registers this module under
-_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 MAX_TOOL_RESULT_CHARS = 4_000  # a tool's output is fed back to the model: bounded
 
 
@@ -71,7 +80,7 @@ class ChatHarness(vf.Harness[ChatHarnessConfig]):
                                             if mcp_urls else ([], {}, {}))
                 prompted = bool(tools) and self.config.tool_protocol == "prompted"
                 if prompted:
-                    system = "\n\n".join(filter(None, [system, _tool_instructions(tools)]))
+                    system = "\n\n".join(filter(None, [system, tool_preamble(tools)]))
                 messages = _opening(system, prompt)
                 while True:
                     request: dict[str, Any] = {"model": ctx.model, "messages": messages}
@@ -80,7 +89,8 @@ class ChatHarness(vf.Harness[ChatHarnessConfig]):
                     raw = await client.chat.completions.with_raw_response.create(**request)
                     message = raw.http_response.json()["choices"][0]["message"]
                     messages.append(message)
-                    answers = await _tool_answers(message, prompted, servers, dispatch)
+                    answers = await _tool_answers(message, prompted, servers, dispatch,
+                                                  trace)
                     if not answers:
                         break
                     messages += answers
@@ -103,9 +113,10 @@ def _opening(system: str | None, prompt: Any) -> list[dict[str, Any]]:
 
 
 async def _tool_answers(message: dict[str, Any], prompted: bool, servers: dict[str, Any],
-                        dispatch: dict[str, Any]) -> list[dict[str, Any]]:
+                        dispatch: dict[str, Any], trace: Any) -> list[dict[str, Any]]:
     """The messages that answer a reply's tool calls: `tool` messages, or (prompted) one
-    user message of `<tool_response>` blocks; none where the reply calls nothing."""
+    user message of `<tool_response>` blocks, the calls counted on the trace; none where
+    the reply calls nothing."""
     if not prompted:
         answers = []
         for call in message.get("tool_calls") or []:
@@ -114,37 +125,22 @@ async def _tool_answers(message: dict[str, Any], prompted: bool, servers: dict[s
                                      _arguments(function.get("arguments")))
             answers.append({"role": "tool", "tool_call_id": call.get("id"), "content": result})
         return answers
-    calls = _prompted_calls(message.get("content") or "")
+    calls = hermes_calls(message.get("content") or "", "call")
+    _count_calls(trace, calls)
     if not calls:
         return []
-    results = [await _run_tool(servers, dispatch, name, arguments) for name, arguments in calls]
-    return [{"role": "user", "content": "\n".join(
-        f"<tool_response>\n{result}\n</tool_response>" for result in results)}]
+    results = [await _run_tool(servers, dispatch, call.name, json.loads(call.arguments))
+               if isinstance(call, ToolCall) else f"error: {call}" for call in calls]
+    return [{"role": "user", "content": tool_response_text(results)}]
 
 
-def _tool_instructions(tools: list[dict[str, Any]]) -> str:
-    listed = "\n".join(json.dumps(tool["function"]) for tool in tools)
-    return ("You may call these functions:\n<tools>\n" + listed + "\n</tools>\nTo call "
-            'one, write <tool_call>{"name": NAME, "arguments": {...}}</tool_call>; its '
-            "result comes back in <tool_response></tool_response>. Once you know the "
-            "answer, reply without a tool call.")
-
-
-def _prompted_calls(text: str) -> list[tuple[str | None, dict[str, Any] | str]]:
-    """(name, arguments) of each Hermes block in a reply; a block that does not read as
-    one gives (None, the reason), answered with that error."""
-    calls: list[tuple[str | None, dict[str, Any] | str]] = []
-    for block in _CALL_BLOCK.finditer(text):
-        try:
-            call = json.loads(block.group(1))
-        except (ValueError, RecursionError) as error:  # nested past the reader: not JSON
-            calls.append((None, f"the call is not JSON ({error})"))
-            continue
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            calls.append((None, "the call needs a \"name\""))
-            continue
-        calls.append((call["name"], _arguments(call.get("arguments"))))
-    return calls
+def _count_calls(trace: Any, calls: list[ToolCall | str]) -> None:
+    """Adds a reply's prompted calls to the trace's `tool_calls` (those read) and
+    `malformed_tool_calls` (blocks that could not be read as a call)."""
+    malformed = sum(isinstance(call, str) for call in calls)
+    for metric, count in (("tool_calls", len(calls) - malformed),
+                          ("malformed_tool_calls", malformed)):
+        trace.record_metric(metric, trace.metrics.get(metric, 0.0) + count)
 
 
 def _arguments(value: Any) -> dict[str, Any] | str:

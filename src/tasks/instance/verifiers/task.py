@@ -19,12 +19,16 @@ transcript (`verifiers_transcript` in the episode's info, bounded).
 
 Failures: a model call the endpoint refused (context limit, prefix broken) or that failed
 ends the episode through the agent (`agent_context_limit`, `agent_error`); an error of the
-environment's own code (a reward, a tool server, the harness) fails it as `task_error`.
+environment's own code (a reward, a tool server, the harness) fails it as `task_error`, and
+so does a rollout that runs past `rollout_timeout_s` (plus a few seconds' grace), also
+where its code blocks the event loop instead of awaiting. The endpoint's key goes to the
+rollout's client alone (`keyed_client`), never into the process environment.
 
 Group terms: where the environment's `Env` overrides `finalize(task, episode)`, that hook
 judges the group instead of each episode: it runs once over a verifiers episode whose
 traces are the group's (the G rollouts of one sample stand for the agents of one verifiers
-episode), and the rewards and metrics it records become the episodes' final ones.
+episode), under the same deadline, and the rewards and metrics it records become the
+episodes' final ones; each outcome follows its final reward (`outcome_of_reward`).
 Supported: single-agent envs (each rollout must yield one trace; an `Env.run` that fans
 out several agents would send a second conversation through one episode's endpoint) and
 finalize hooks that read and record on the traces.
@@ -35,16 +39,18 @@ environment's `serving()` (shared tool servers, the interception); `close()` end
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
+import inspect
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from src.records.episode import Episode, Outcome, Sample
 from src.tasks.instance.verifiers.environments import (
-    API_KEY_VARIABLE,
+    DEADLINE_GRACE_S,
+    EnvironmentOverrun,
     ServingLoop,
     TraceFailure,
     environment_config,
+    keyed_client,
     model_context,
     taskset_id_of,
     vf,
@@ -61,6 +67,7 @@ from src.tasks.task import (
     Rounds,
     StepOutcome,
     Task,
+    TaskSettingError,
     parse_split_sample_id,
     split_sample_ids,
 )
@@ -93,16 +100,11 @@ class VerifiersTask(Task["VerifiersEpisode"]):
         self.environment = environment
         self.success_threshold = success_threshold
         self.max_transcript_chars = max_transcript_chars
-        settings = {"max_turns": max_turns, "tool_protocol": tool_protocol,
-                    "env_arguments": env_arguments or {}, "timeout_s": rollout_timeout_s}
-        taskset_id = taskset_id_of(environment)
-        configs = {"train": environment_config(taskset_id, arguments or {},
-                                               where=f"arguments of {environment}",
-                                               **settings)}
-        if validation_arguments is not None:
-            configs["validation"] = environment_config(
-                taskset_id, validation_arguments,
-                where=f"validation_arguments of {environment}", **settings)
+        self.rollout_timeout_s = rollout_timeout_s
+        configs = _env_configs(environment, arguments or {}, validation_arguments,
+                               max_turns=max_turns, tool_protocol=tool_protocol,
+                               env_arguments=env_arguments or {},
+                               timeout_s=rollout_timeout_s)
         self._envs = {split: vf.load_environment(config) for split, config in configs.items()}
         self._tasks = _split_tasks(self._envs, num_train, num_validation, environment)
         self._finalizes_groups = type(self._envs["train"]).finalize is not vf.Env.finalize
@@ -110,6 +112,33 @@ class VerifiersTask(Task["VerifiersEpisode"]):
             for env in self._envs.values():  # judged once per group, in _score_group
                 env.finalize = _no_finalize
         self._loop = ServingLoop(list(self._envs.values()))
+
+    @classmethod
+    def check_parameters(cls, parameters: Mapping[str, Any]) -> None:
+        """The environment is there, and its loader takes the arguments (nested ones too);
+        nothing is loaded or served. Parameters the constructor does not take are the
+        config reader's to name."""
+        try:
+            bound = inspect.signature(cls.__init__).bind(None, **parameters)
+        except TypeError:
+            return
+        bound.apply_defaults()
+        given = bound.arguments
+        if not isinstance(given["environment"], str):
+            return
+        for key in ("arguments", "validation_arguments", "env_arguments"):
+            if given[key] is not None and not isinstance(given[key], Mapping):
+                raise TaskSettingError((key,), f"{key}: a mapping of the environment's "
+                                       f"config fields, not {type(given[key]).__name__}")
+        _env_configs(given["environment"], given["arguments"] or {},
+                     given["validation_arguments"], max_turns=given["max_turns"],
+                     tool_protocol=given["tool_protocol"],
+                     env_arguments=given["env_arguments"] or {},
+                     timeout_s=given["rollout_timeout_s"])
+
+    def outcome_of_reward(self, reward: float) -> Outcome:
+        """Correct from `success_threshold` on: a rollout's reward, or the group's."""
+        return Outcome.CORRECT if reward >= self.success_threshold else Outcome.INCORRECT
 
     # ---- samples -------------------------------------------------------------------
     def sample_ids(self, split: str = "train") -> Sequence[str]:
@@ -141,11 +170,15 @@ class VerifiersTask(Task["VerifiersEpisode"]):
     def run_rollout(self, sample_id: str, base_url: str, api_key: str) -> Any:
         """The verifiers episode of one rollout of the sample, its model calls sent to
         `base_url` with `api_key`; called from the agent's threads, run on the serving
-        loop."""
-        # verifiers reads the key from a variable (one endpoint, so one key, per run)
-        os.environ[API_KEY_VARIABLE] = api_key
-        return self._loop.run(self._env_of(sample_id).run_episode(
-            self.vf_task(sample_id), model_context(base_url)))
+        loop. EnvironmentOverrun past the rollout's deadline."""
+        env, context = self._env_of(sample_id), model_context(base_url)
+
+        async def rollout() -> Any:
+            async with keyed_client(env, context, api_key):
+                return await env.run_episode(self.vf_task(sample_id), context)
+
+        return self._loop.run(rollout(), self.rollout_timeout_s + DEADLINE_GRACE_S,
+                              f"in a rollout of {sample_id}")
 
     def _env_of(self, sample_id: str) -> Any:
         """The verifiers env of the sample's split (the train one, without a second)."""
@@ -165,7 +198,9 @@ class VerifiersTask(Task["VerifiersEpisode"]):
                            task=vf.TraceTask(type=type(task).__name__, data=task.data,
                                              key=task.key, hash=task.hash))
         try:
-            self._loop.run(type(env).finalize(env, task, group))
+            self._loop.run(type(env).finalize(env, task, group),
+                           self.rollout_timeout_s + DEADLINE_GRACE_S,
+                           f"in finalize of the group of {sample_id}")
         except Exception as error:  # noqa: BLE001 - the env's code: per-trace rewards stand
             failed = {"verifiers_finalize_error": f"{type(error).__name__}: {error}"[:2_000]}
             return [EpisodeScore(episode.reward, {"finalize_failed": 1.0}, failed)
@@ -185,9 +220,10 @@ class VerifiersEpisode(EpisodeEnv[VerifiersTask]):
         super().__init__(family)
         self.rollout: Any = None  # the verifiers episode of its rollout, once it ran
         self.trace: Any = None  # its one trace, once scored
+        self.overrun: str | None = None  # why the rollout was given up, where it was
 
     def _reset(self, sample: Sample) -> str:
-        self.rollout = self.trace = None
+        self.rollout = self.trace = self.overrun = None
         return sample.data["prompt"]
 
     def client_rollout(self, client: Any, messages: list[dict[str, str]]) -> str:
@@ -195,8 +231,12 @@ class VerifiersEpisode(EpisodeEnv[VerifiersTask]):
         first prompt, is the environment's own). Raises where a model call failed, so
         that the agent ends the episode with the endpoint's reason."""
         assert self.sample is not None
-        self.rollout = self.family.run_rollout(self.sample.sample_id, str(client.base_url),
-                                               client.api_key)
+        try:
+            self.rollout = self.family.run_rollout(self.sample.sample_id,
+                                                   str(client.base_url), client.api_key)
+        except EnvironmentOverrun as overrun:  # the environment's failure: `_step` says so
+            self.overrun = str(overrun)
+            return ""
         failure = model_failure(self.rollout)
         if failure is not None:
             raise TraceFailure(failure)
@@ -204,16 +244,16 @@ class VerifiersEpisode(EpisodeEnv[VerifiersTask]):
         return traces[-1].last_reply if traces else ""
 
     def _step(self, action: str) -> StepOutcome:
+        if self.overrun is not None:
+            raise EnvironmentOverrun(self.overrun)
         if self.rollout is None:
             raise RuntimeError("no verifiers rollout ran for this episode: a verifiers "
                                "task needs openai_client_agent without an agent_function")
         check_trace(self.rollout)  # the environment's own failure: a task error
         self.trace = trace = self.rollout.traces[0]
-        reward = trace.reward
         return StepOutcome(
-            observation="", reward=reward, terminated=True,
-            outcome=(Outcome.CORRECT if reward >= self.family.success_threshold
-                     else Outcome.INCORRECT),
+            observation="", reward=trace.reward, terminated=True,
+            outcome=self.family.outcome_of_reward(trace.reward),
             metrics=trace_metrics(trace),
             info={"verifiers_transcript": transcript(trace, self.family.max_transcript_chars),
                   "verifiers_stop": trace.stop_condition})
@@ -225,6 +265,21 @@ class VerifiersEpisode(EpisodeEnv[VerifiersTask]):
 
 async def _no_finalize(task: Any, episode: Any) -> None:
     """Stands in for an Env's finalize during single rollouts (the group's call judges)."""
+
+
+def _env_configs(environment: str, arguments: Mapping[str, Any],
+                 validation_arguments: Mapping[str, Any] | None, **settings: Any
+                 ) -> dict[str, Any]:
+    """The verifiers EnvConfig of each split's taskset config (validation only where it
+    has its own); TaskSettingError for an environment that is not there, or arguments
+    its loader does not take."""
+    taskset_id = taskset_id_of(environment)
+    configs = {"train": environment_config(taskset_id, arguments, key="arguments",
+                                           **settings)}
+    if validation_arguments is not None:
+        configs["validation"] = environment_config(taskset_id, validation_arguments,
+                                                   key="validation_arguments", **settings)
+    return configs
 
 
 def _split_tasks(envs: dict[str, Any], num_train: int | None, num_validation: int,

@@ -156,13 +156,13 @@ def _receive(stream: Any) -> Any:
 
 
 def _read_exactly(stream: Any, size: int) -> bytes | None:
-    data = b""
+    data = bytearray()  # grown in place: a long request comes in many pipe-sized chunks
     while len(data) < size:
         chunk = stream.read(size - len(data))
         if not chunk:
             return None
         data += chunk
-    return data
+    return bytes(data)
 
 
 class _Worker:
@@ -186,7 +186,9 @@ class _Worker:
             os.close(worker_output)
         self._exit_code: int | None = None
         self.ended = False  # it closed its output: it is exiting, on its own
-        self._unread = b""
+        # grown in place: joining bytes would copy all read so far for each pipe-sized
+        # chunk, seconds for a reply of tens of megabytes
+        self._unread = bytearray()
         self.loaded: set[str] = set()
         if self.read(START_TIMEOUT_S) != _READY:
             code = self.stop()
@@ -198,7 +200,7 @@ class _Worker:
     def ask(self, request: tuple[str, str, Any], timeout_s: float) -> Any:
         """The worker's reply, or None when none came within `timeout_s` or it ended."""
         data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
-        data = _LENGTH.pack(len(data)) + data
+        data = memoryview(_LENGTH.pack(len(data)) + data)  # sliced without copies
         try:
             while data:  # a pipe may take part of a long request at a time
                 data = data[os.write(self._input, data):]
@@ -215,7 +217,8 @@ class _Worker:
             if len(self._unread) >= _LENGTH.size:
                 size = _LENGTH.size + _LENGTH.unpack_from(self._unread)[0]
                 if len(self._unread) >= size:
-                    message, self._unread = self._unread[_LENGTH.size:size], self._unread[size:]
+                    message = self._unread[_LENGTH.size:size]
+                    del self._unread[:size]
                     return pickle.loads(message)
             left_s = deadline - time.monotonic()
             if left_s <= 0 or not poller.poll(left_s * 1000):

@@ -83,3 +83,17 @@ def test_a_function_that_cannot_cross_is_refused_when_wrapped() -> None:
 
     with pytest.raises(ValueError, match="'local' cannot be sent .* module level"):
         BoundedFunction(local)
+
+
+def megabytes(count: int) -> bytes:
+    return bytes(count * 2**20)
+
+
+def test_a_large_value_comes_back_in_time_linear_in_its_size() -> None:
+    # the reply arrives in pipe-sized chunks: joined one by one into bytes, 64 MB took
+    # about 30 s (each chunk copied all that came before it)
+    bounded = BoundedFunction(megabytes)
+    bounded.start()
+    started = time.monotonic()
+    assert len(bounded(64, timeout_s=10.0)) == 64 * 2**20
+    assert time.monotonic() - started < 10.0

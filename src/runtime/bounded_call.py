@@ -22,6 +22,15 @@ with an optional first call (`warm_up`: a library that sets itself up on its fir
 call), so that the bound of a call measures the call alone. A bounded call made inside
 the worker (a scorer that calls another bounded function) runs in place, under the bound
 of the call that is running.
+
+Memory: a call may grow the worker's address space by `SCORER_MEMORY_BYTES` at most (a
+reply such as `len('x'*10**9)` asks a scorer that evaluates it for a gigabyte): past it
+the allocation fails, and the call raises MemoryError, an error the caller scores.
+
+What the worker does not promise: isolation. It runs as the caller's user with the
+caller's files and network, so a scorer that evaluates the reply as Python (sympy's
+`parse_expr` does) runs the model's code there; such scorers belong in an OS sandbox
+(src/sandboxes/).
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import hashlib
 import json
 import os
 import pickle
+import resource
 import select
 import signal
 import struct
@@ -45,6 +55,8 @@ from typing import Any
 # overrun (scored 0).
 SCORER_TIMEOUT_S = 5.0
 START_TIMEOUT_S = 120.0  # a worker imports what the functions need: seconds on a loaded machine
+# The address space one call may add to the worker's (RLIMIT_AS, set before each call).
+SCORER_MEMORY_BYTES = 512 * 2**20
 _LENGTH = struct.Struct("!Q")
 _READY = "ready"
 # The worker sees the caller's sys.path, so it imports this module wherever that lives.
@@ -137,10 +149,21 @@ def serve() -> None:
                 reply = ("value", None)
             else:
                 args, kwargs = payload
+                _bound_memory_growth(SCORER_MEMORY_BYTES)
                 reply = ("value", functions[key](*args, **kwargs))
             _send(replies, reply)
         except Exception as error:  # the caller raises it; this worker carries on
             _send(replies, _raised(error))
+
+
+def _bound_memory_growth(extra: int) -> None:
+    """Let the process's address space grow by `extra` bytes from its size now."""
+    with open("/proc/self/statm", "rb") as statm:
+        size = int(statm.read().split()[0]) * resource.getpagesize()
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    soft = size + extra
+    resource.setrlimit(resource.RLIMIT_AS,
+                       (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
 
 
 def _send(stream: Any, message: Any) -> None:

@@ -97,3 +97,15 @@ def test_a_large_value_comes_back_in_time_linear_in_its_size() -> None:
     started = time.monotonic()
     assert len(bounded(64, timeout_s=10.0)) == 64 * 2**20
     assert time.monotonic() - started < 10.0
+
+
+def allocate(megabytes: int) -> int:
+    return len(bytearray(megabytes * 2**20))
+
+
+def test_a_call_that_asks_for_more_memory_than_its_bound_raises_and_the_worker_goes_on(
+        ) -> None:
+    bounded = BoundedFunction(allocate)
+    with pytest.raises(MemoryError):
+        bounded(2048, timeout_s=30.0)  # 2 GiB: past the 512 MiB a call may add
+    assert bounded(64, timeout_s=30.0) == 64 * 2**20  # the next call runs as before

@@ -37,6 +37,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gymnasium
@@ -308,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{sum(t.tries for t in tallies)} tries in {time.monotonic() - started:.0f} s; "
           f"environment calls still hung at the end: {hung_calls()}")
     if arguments.output:
-        with open(arguments.output, "w") as stream:
+        Path(arguments.output).parent.mkdir(parents=True, exist_ok=True)
+    with open(arguments.output, "w") as stream:
             # asdict rebuilds a Counter from (key, count) pairs, counting the pairs
             json.dump({"targets": [asdict(t) | {"statuses": dict(t.statuses)}
                                    for t in tallies]}, stream, indent=1)

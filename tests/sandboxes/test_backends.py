@@ -21,25 +21,13 @@ from src.sandboxes.backends import check_sandbox_available, open_backend
 from src.sandboxes.contract import CallStatus, SandboxNotAvailableOnHost
 from src.sandboxes.process import SupervisedSandbox
 from src.sandboxes.settings import CallLimits, SandboxSettings
+from tests.sandboxes.processes import sandbox_processes
 
 PROJECT = Path(__file__).resolve().parents[2]
 MiB = 1024 * 1024
 LIMITS = CallLimits(wall_timeout_s=4, cpu_time_s=2, memory_bytes=512 * MiB, max_processes=32,
                     max_file_bytes=8 * MiB, output_limit_bytes=64 * 1024)
 SETTINGS = SandboxSettings(limits=LIMITS, workdir_bytes=16 * MiB, hang_grace_s=2)
-
-
-def sandbox_processes() -> list[psutil.Process]:
-    """This test process's descendants: every sandbox process (a pid namespace's
-    processes are still descendants of the bwrap that made it, as the host sees them)."""
-    alive = []
-    for process in psutil.Process().children(recursive=True):
-        try:
-            if process.status() != psutil.STATUS_ZOMBIE:
-                alive.append(process)
-        except psutil.NoSuchProcess:
-            continue
-    return alive
 
 
 def wait_until_gone(processes: list[psutil.Process], timeout_s: float = 5.0) -> list:

@@ -13,11 +13,7 @@ import pytest
 from src.sandboxes.backends import open_backend
 from src.sandboxes.pool import SandboxPool
 from src.sandboxes.settings import SandboxSettings
-
-
-def live_descendants() -> list[psutil.Process]:
-    return [process for process in psutil.Process().children(recursive=True)
-            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE]
+from tests.sandboxes.processes import sandbox_processes
 
 
 def test_the_pool_opens_sandboxes_in_parallel_and_closes_all() -> None:
@@ -29,10 +25,10 @@ def test_the_pool_opens_sandboxes_in_parallel_and_closes_all() -> None:
         assert len({sandbox.id for sandbox in sandboxes}) == 4
         sandboxes[0].close()  # an episode's own close; the pool closes the rest
         time.sleep(0.5)  # the replacements start meanwhile
-        inside = live_descendants()
+        inside = sandbox_processes()
         assert len(inside) >= 4
     _, alive = psutil.wait_procs(inside, timeout=5)
-    assert alive == [] and live_descendants() == []
+    assert alive == [] and sandbox_processes() == []
     assert not any(sandbox.alive for sandbox in sandboxes)
 
 
@@ -42,7 +38,7 @@ def test_an_error_in_the_block_closes_every_sandbox() -> None:
         sandbox = pool.acquire()
         raise KeyboardInterrupt
     assert not sandbox.alive
-    _, alive = psutil.wait_procs(live_descendants(), timeout=5)
+    _, alive = psutil.wait_procs(sandbox_processes(), timeout=5)
     assert alive == []
 
 
@@ -52,10 +48,10 @@ def test_a_sandbox_whose_episode_dropped_it_unclosed_is_closed_by_the_pool() -> 
     pool = SandboxPool(open_backend(SandboxSettings()), size=0)
     pool.acquire()
     gc.collect()
-    assert len(live_descendants()) >= 1
+    assert len(sandbox_processes()) >= 1
     pool.close()
-    _, alive = psutil.wait_procs(live_descendants(), timeout=5)
-    assert alive == [] and live_descendants() == []
+    _, alive = psutil.wait_procs(sandbox_processes(), timeout=5)
+    assert alive == [] and sandbox_processes() == []
 
 
 def test_a_sandbox_closed_by_its_episode_is_let_go_by_the_pool() -> None:

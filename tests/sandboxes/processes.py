@@ -1,0 +1,33 @@
+"""The processes that the sandboxes of a test leave: this test process's live descendants,
+less those that were there when the test began (a scorer worker or a Ray driver that
+earlier tests of the same session started)."""
+
+from __future__ import annotations
+
+import psutil
+
+_present_at_start: set[int] = set()
+
+
+def _live_descendants() -> list[psutil.Process]:
+    alive = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process)
+        except psutil.NoSuchProcess:
+            continue
+    return alive
+
+
+def note_present_processes() -> None:
+    """Called as a test begins: what runs now is not the test's."""
+    _present_at_start.clear()
+    _present_at_start.update(process.pid for process in _live_descendants())
+
+
+def sandbox_processes() -> list[psutil.Process]:
+    """The live descendants the test started (a pid namespace's processes are still
+    descendants of the bwrap that made it, as the host sees them)."""
+    return [process for process in _live_descendants()
+            if process.pid not in _present_at_start]

@@ -16,12 +16,16 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `import src...` work from anywhere
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from src.configuration.assignment import ThreadsSetting  # noqa: E402
 from src.configuration.errors import ConfigError  # noqa: E402
 from src.configuration.yaml_source import YamlSource  # noqa: E402
 from src.offline_training.run import PIPELINE as OFFLINE_TRAINING  # noqa: E402
 from src.online_training.run import PIPELINE as ONLINE_TRAINING  # noqa: E402
-from src.run.folder import DamagedRunFolder, RunOptions, StorageFailure  # noqa: E402
 from src.run.pipeline import pipeline_of, pipelines_by_key  # noqa: E402
+from src.run.start import RunOptions  # noqa: E402
+from src.run.storage_guard import StorageFailure  # noqa: E402
+from src.runtime.threads import set_threads  # noqa: E402
+from src.storage.files import DamagedRunFolder  # noqa: E402
 from src.supervised_training.run import PIPELINE as SUPERVISED_TRAINING  # noqa: E402
 from src.training.learner import NonFiniteUpdate  # noqa: E402
 
@@ -64,13 +68,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_command(arguments: argparse.Namespace) -> int:
-    """Read the file once, then hand it to the pipeline its top-level key names."""
+    """Read the file once, set this process's torch threads (src.runtime.threads: the
+    section's `num_threads`, else the environment's or the host's), then hand the file to
+    the pipeline its top-level key names."""
     try:
         source = YamlSource(arguments.config_path)
         pipeline = pipeline_of(source.data, PIPELINES, str(arguments.config_path))
+        section = source.data[pipeline.key]
+        written = ({"num_threads": section["num_threads"]}
+                   if isinstance(section, dict) and "num_threads" in section else {})
+        threads = source.validate(ThreadsSetting, written, (pipeline.key,)).num_threads
     except ConfigError as error:
         print(f"config error: {error}", file=sys.stderr)
         return 2
+    set_threads(threads, "run")
     return pipeline.train(source, RunOptions(arguments.output_dir, arguments.dry_run,
                                              arguments.new_run, not arguments.no_progress))
 

@@ -2,7 +2,7 @@
 
 - reasoning-gym datasets whose own `score_answer` parses numbers or expressions (sympy's
   `parse_expr`, `Decimal`, `int`, JSON), through `ReasoningGymTask`'s episode step: the
-  scorer runs bounded in time in the worker process (src/runtime/bounded_call.py);
+  scorer runs bounded in time in the worker process (src/sandboxes/bounded_call.py);
 - a `SingleTurnTask` whose `Rubric` holds user functions that hang, spin, raise, end their
   process, return NaN, infinity, integers past floats, text, or allocate memory;
 - a verifiers rollout (scripted replies through the project's endpoint and agent) whose

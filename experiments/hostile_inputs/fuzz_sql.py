@@ -57,7 +57,8 @@ from experiments.hostile_inputs.fuzz_model_text import (
 )
 from src.records.episode import Outcome
 from src.tasks.instance.db_bench.problem import DBBenchProblem
-from src.tasks.instance.db_bench.sandbox_backends import CANCEL_GRACE_S, drop_kept_databases
+from src.tasks.instance.db_bench.sandbox_backends.base import CANCEL_GRACE_S
+from src.tasks.instance.db_bench.sandbox_backends.postgresql_databases import drop_kept_databases
 from src.tasks.instance.db_bench.task_single_skill import DBBenchEpisode, DBBenchSingleSkill
 from tests.tasks.db_bench.servers import MYSQL_URL, POSTGRES_URL, unreachable_reason
 

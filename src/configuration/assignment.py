@@ -216,6 +216,11 @@ class AssignmentConfig(StrictModel):
     # bit on CUDA as it does on the CPU (where they change nothing); on CUDA they may cost
     # speed
     reproducible: bool = True
+    # torch's CPU threads in the run's process (src/runtime/threads.py); None: the
+    # environment's OMP_NUM_THREADS where set, else the CPUs the process may use (its
+    # affinity mask and cgroup CPU quota). More threads than CPUs make OpenMP threads spin
+    # waiting for each other
+    num_threads: PositiveInt | None = None
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     trackers: TrackersConfig = Field(default_factory=TrackersConfig)
@@ -223,6 +228,13 @@ class AssignmentConfig(StrictModel):
 
 class ExperimentConfig(StrictModel):
     assignment_config: AssignmentConfig
+
+
+class ThreadsSetting(StrictModel):
+    """A pipeline section's `num_threads`, read (and checked as the pipeline checks it)
+    before the rest: the threads are set before the pipeline builds anything."""
+
+    num_threads: PositiveInt | None = None
 
 
 # Keys (and sections: every key under them) whose change does not alter what a resumed run
@@ -239,4 +251,9 @@ RESUME_SAFE_KEYS: frozenset[str] = frozenset({
     "assignment_config.reproducible",
     "supervised_training_config.reproducible",
     "offline_training_config.reproducible",
+    # how many threads do the work: where the config does not say, the host decides, and a
+    # resumed run may have another host
+    "assignment_config.num_threads",
+    "supervised_training_config.num_threads",
+    "offline_training_config.num_threads",
 })

@@ -106,6 +106,8 @@ class OfflineTrainingConfig(StrictModel):
     output_dir: str
     random_seed: int = 42
     reproducible: bool = True  # deterministic kernels: as the assignment's `reproducible`
+    # torch's CPU threads: as the assignment's `num_threads` (None: environment or host)
+    num_threads: PositiveInt | None = None
     language_model: ComponentConfig
     system_prompt: str | None = None  # as the agent that produced the candidates had it
     groups: GroupsConfig

@@ -28,18 +28,10 @@ from src.offline_training.trainer import OfflineGroupTrainer
 from src.report.run_end import end_of_run_report
 from src.run.assembly import instantiate
 from src.run.evaluation import Evaluator
-from src.run.folder import (
-    RunDirectory,
-    RunNotFound,
-    RunOptions,
-    RunState,
-    Stopped,
-    keyed_config,
-    resolve_latest,
-    start_run,
-    storage_guard,
-)
+from src.run.folder import RunDirectory, RunNotFound, RunState, resolve_latest
 from src.run.pipeline import EvaluationParts, Pipeline
+from src.run.start import RunOptions, Stopped, keyed_config, start_run
+from src.run.storage_guard import storage_guard
 from src.runtime.reproducibility import prepare_model_building
 from src.tasks.task import Task
 

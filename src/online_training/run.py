@@ -20,15 +20,10 @@ from src.run.assembly import (
     load_experiment_config,
     plan_experiment,
 )
-from src.run.folder import (
-    AGENT_STATE,
-    TASK_STATE,
-    RunOptions,
-    Stopped,
-    start_run,
-    storage_guard,
-)
+from src.run.folder import AGENT_STATE, TASK_STATE
 from src.run.pipeline import EvaluationParts, Pipeline
+from src.run.start import RunOptions, Stopped, start_run
+from src.run.storage_guard import storage_guard
 from src.storage.state import keeps_state
 from src.tasks.task import Task
 

@@ -67,9 +67,13 @@ class RLTrainingCallback(EpisodeTrainer):
     Metrics: `reward`, `reward_std` (the mean of the groups' stds), `frac_reward_zero_std`,
     `advantage_abs_mean`, `completions/mean_length`, `completions/clipped_ratio`, `loss`,
     `grad_norm`, `learning_rate`, `kl`, `kl_coef`, `entropy`, `clip_ratio/*`,
-    `policy_staleness/*`, `mismatch/*`, `policy_version`. Checkpoints go to
-    callback_state/<callback id>/, with best/ as `best_metric` chooses among the figures
-    the loop hands it at each commit.
+    `policy_staleness/*`, `mismatch/*`, `policy_version`, `update_skipped`: how many of
+    the batch's optimiser steps went without a forward and backward (every advantage of
+    the mini-batch 0 and nothing else in the loss: `Learner.skips_forward`). Such a step
+    still steps the optimiser, on zero gradients, as the scored step would; the figures
+    only a forward measures (loss, entropy, ratios, mismatch) are then left out.
+    Checkpoints go to callback_state/<callback id>/, with best/ as `best_metric` chooses
+    among the figures the loop hands it at each commit.
 
     Trainer workers (`trainer_workers.count` >= 2): Ray actors that form one torch.distributed
     group (gloo on CPUs, NCCL on GPUs), shard the model's layers with FSDP and sum their
@@ -322,19 +326,27 @@ class RLTrainingCallback(EpisodeTrainer):
             kl_estimator=self.kl_settings.estimator, entropy_coeff=self.ppo.entropy_coeff,
             measure_drift=self.mismatch.old_logprobs == "sampler",
             old_from_forward=self.correction if old_from_forward else None)
-        losses, norms = [], []
+        losses, norms, skipped = [], [], 0
         for _ in range(self.ppo.epochs):
             order = list(indices)
             if self.ppo.epochs > 1 or mini_size < len(indices):
                 shuffle.shuffle(order)
             for start in range(0, len(order), mini_size):
-                step = self.learner.update(rows, order[start:start + mini_size], objective,
-                                           token_metrics, temperature)
+                mini_batch = order[start:start + mini_size]
+                # a step the learner takes on zero gradients without scoring measures no
+                # loss, ratio, entropy or mismatch: its figures are left out, not zeros
+                unscored = Learner.skips_forward(rows, mini_batch, objective)
+                step = self.learner.update(rows, mini_batch, objective, token_metrics,
+                                           temperature)
                 objective.measure_drift = False  # only before the batch's first step
-                losses.append(step.loss)
+                skipped += unscored
+                if not unscored:
+                    losses.append(step.loss)
                 norms.append(step.grad_norm)
         metrics = token_metrics.means()
-        metrics.update({"loss": float(np.mean(losses)), "grad_norm": float(np.mean(norms)),
+        if losses:
+            metrics["loss"] = float(np.mean(losses))
+        metrics.update({"update_skipped": float(skipped), "grad_norm": float(np.mean(norms)),
                         "learning_rate": self.learner.learning_rate,
                         "kl_coef": self.kl.beta})
         if "kl" in metrics:

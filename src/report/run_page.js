@@ -80,14 +80,30 @@
     }));
   }
 
-  // a mapping column (metrics, info) as an open table of its entries; null when empty
-  function renderEntries(index, name) {
-    const rows = Object.entries(field(index, name) || {}).map(([key, value]) => el("tr", {},
+  // the info entry of reward functions' texts (a judge's prompt and verdict: TEXTS_KEY of
+  // src/tasks/rubric.py), each text shown whole rather than as a cell of the info table
+  const TEXTS = "reward_function_texts";
+
+  // a mapping column (metrics, info) as an open table of its entries but `leftOut`; null
+  // when empty
+  function renderEntries(index, name, leftOut) {
+    const entries = Object.entries(field(index, name) || {}).filter(([key]) => key !== leftOut);
+    const rows = entries.map(([key, value]) => el("tr", {},
       el("td", {}, key),
       el("td", {}, typeof value === "object" && value !== null ? JSON.stringify(value)
         : show(value))));
     return rows.length ? el("details", {open: ""}, el("summary", {}, name),
       el("table", {class: name}, el("tbody", {}, ...rows))) : null;
+  }
+
+  // each reward function's texts, by function then by name; null when there are none
+  function renderTexts(index) {
+    const byFunction = Object.entries((field(index, "info") || {})[TEXTS] || {});
+    const texts = byFunction.flatMap(([name, own]) => Object.entries(own || {}).map(
+      ([key, text]) => el("div", {class: "reward-text"},
+        el("div", {class: "role"}, `${name} · ${key}`), el("pre", {}, show(text)))));
+    return texts.length ? el("details", {open: ""}, el("summary", {}, "reward function texts"),
+      ...texts) : null;
   }
 
   function renderEpisode(index, title) {
@@ -101,7 +117,8 @@
       error ? el("details", {open: ""}, el("summary", {}, "error"), el("pre", {}, error))
         : null,
       renderEntries(index, "metrics"),
-      renderEntries(index, "info"));
+      renderTexts(index),
+      renderEntries(index, "info", TEXTS));
   }
 
   // ---- the episode browser ----------------------------------------------------------

@@ -282,6 +282,21 @@ def _check_overlapped_rollouts(plan: ExperimentPlan) -> None:
             f"agent must sample from a rollout pool (a copy of the policy in other "
             f"processes); it samples from {in_process or 'no language model of this run'}",
             ("assignment_config", "rollout", "max_staleness"))
+    for name in samplers:
+        # a pool that syncs itself at a smaller lag would move the batch sampled ahead to
+        # the new policy whenever the update ends first: a batch of mixed, timing-made
+        # versions, and a run that does not repeat itself
+        model = plan.language_models[name]
+        pool_fields = constructor_fields(model.cls)
+        if "max_staleness" in pool_fields:
+            lag = model.parameters.get("max_staleness", pool_fields["max_staleness"][1])
+            if isinstance(lag, int) and lag < staleness:
+                raise plan.source.error(
+                    f"is {staleness}, but language model '{name}' syncs to the trainer "
+                    f"whenever it lags more than max_staleness={lag} updates, so the batch "
+                    f"sampled ahead would take the new policy whenever the update ends "
+                    f"first; give '{name}' max_staleness: {staleness}",
+                    ("assignment_config", "rollout", "max_staleness"))
     if issubclass(plan.agent.cls, Stateful):
         raise plan.source.error(
             f"is {staleness}, but agent '{plan.agent.name}' keeps state learnt from episodes "

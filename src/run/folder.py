@@ -5,31 +5,34 @@ from __future__ import annotations
 import datetime
 import glob
 import json
-import shutil
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from src.configuration.assignment import RESUME_SAFE_KEYS
 from src.configuration.errors import ConfigError
 from src.configuration.flat_names import translate_flat_names
-from src.configuration.yaml_source import YamlSource
-from src.records.episode import EpisodeRecord
+from src.run.resume import (
+    NEW_RUN,
+    TIMESTAMP,
+    _committed_rows,
+    _differences,
+    _episode_row,
+    _metrics_row,
+    _newest_common_step,
+    config_changes,
+    damaged_checkpoint,
+    with_new_fields,
+)
 from src.storage.checkpoint_store import CheckpointStore, check_checkpoint
 from src.storage.files import (
     DamagedRunFolder,
     atomic_write_json,
     atomic_write_text,
-    probe_writable,
     read_json,
     remove_stale_temporaries,
-    storage_os_error,
     temporary_target,
 )
 from src.storage.run_layout import (
@@ -42,11 +45,9 @@ from src.storage.run_layout import (
     evaluation_file,
 )
 
-TIMESTAMP = "{TIMESTAMP}"
 TASK_STATE = "task_state"
 AGENT_STATE = "agent_state"
 TRAINING_STATE = "training_state"  # a supervised or offline trainer's store
-NEW_RUN = f"start a new run (--new_run with {TIMESTAMP} in output_dir, or another output_dir)"
 
 
 class RunState(BaseModel):
@@ -58,46 +59,6 @@ class RunState(BaseModel):
     runs_bytes: int = 0
     metrics_bytes: int = 0
     finished: bool = False
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        flat: dict[str, Any] = {}
-        for key, item in value.items():
-            flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
-        return flat or {prefix: {}}
-    return {prefix: value}
-
-
-def _differences(old: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """Dotted key -> (old value, new value), for each key whose value differs."""
-    flat_old, flat_new = _flatten(old), _flatten(new)
-    return {key: (flat_old.get(key), flat_new.get(key))
-            for key in sorted(flat_old.keys() | flat_new.keys())
-            if flat_old.get(key) != flat_new.get(key)}
-
-
-def with_new_fields(model: type[BaseModel], stored: dict[str, Any]
-                    ) -> tuple[dict[str, Any], list[str]]:
-    """The stored config with the fields the code has gained since it was written, at
-    their defaults, and those fields' dotted keys: a field new to the code is not a change
-    of the run's config, but a resume says which it takes at their defaults. A stored
-    config the current models refuse is returned as it is (its differences are named)."""
-    try:
-        filled = model.model_validate(stored).model_dump(mode="json")
-    except ValidationError:
-        return stored, []
-    stored_keys = _flatten(stored).keys()
-    return filled, sorted(key for key in _flatten(filled) if key not in stored_keys)
-
-
-def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Dotted keys whose values differ, ignoring keys that do not change results."""
-    return [key for key in _differences(old, new) if not _resume_safe(key)]
-
-
-def _resume_safe(key: str) -> bool:
-    return any(key == safe or key.startswith(f"{safe}.") for safe in RESUME_SAFE_KEYS)
 
 
 class RunDirectory:
@@ -362,55 +323,6 @@ class RunDirectory:
         atomic_write_text(self.path / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
 
 
-Row = TypeVar("Row")
-
-
-def _episode_row(line: bytes) -> EpisodeRecord:
-    """A line of runs.jsonl or of an evaluation file, as its readers take it."""
-    return EpisodeRecord.model_validate_json(line)
-
-
-def _metrics_row(line: bytes) -> dict[str, Any]:
-    row = json.loads(line)
-    if not isinstance(row, dict) or not isinstance(row.get("step"), int):
-        raise ValueError("not a mapping with an integer 'step'")
-    return row
-
-
-def _committed_rows(path: Path, committed: int, parse: Callable[[bytes], Row],
-                    committed_by: str) -> Iterator[Row]:
-    """Each row of the first `committed` bytes of the jsonl file `path`, parsed; a row
-    that does not parse, or one the commit point cuts, is refused naming its line."""
-    if committed == 0:
-        return
-    read = 0
-    with path.open("rb") as stream:
-        for number, line in enumerate(stream, start=1):
-            read += len(line)
-            try:
-                if read > committed or not line.endswith(b"\n"):
-                    raise ValueError("the commit point falls inside the row")
-                yield parse(line)
-            except ValueError as error:  # ValidationError and JSONDecodeError too
-                raise DamagedRunFolder(
-                    f"{path}:{number}: a committed row that does not parse "
-                    f"({_parse_problem(error)}); "
-                    f"{committed_by}, which the resumed run reads back. To resume, restore "
-                    f"the file from a copy of the run folder; or {NEW_RUN}.") from error
-            if read == committed:
-                return
-
-
-def _parse_problem(error: ValueError) -> str:
-    if isinstance(error, ValidationError):
-        first = error.errors()[0]
-        key = ".".join(str(part) for part in first["loc"])
-        return f"{key}: {first['msg']}" if key else first["msg"]
-    if isinstance(error, json.JSONDecodeError):
-        return f"not JSON: {error.msg.removesuffix(' at')}, column {error.colno}"
-    return str(error)
-
-
 def _read_stored_config(path: Path) -> dict[str, Any]:
     """A run folder's config.yaml, which the run wrote as plain YAML: a tag (which could
     ask a loader to build objects) means someone else wrote it, and is refused."""
@@ -432,139 +344,6 @@ def _read_stored_config(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise DamagedRunFolder(f"{path}: holds no mapping of settings. {advice}")
     return data
-
-
-def _newest_common_step(stores: list[CheckpointStore], at_most: int) -> int:
-    """The newest step up to `at_most` whose checkpoint every store holds (0: none)."""
-    common = set.intersection(*(set(store.steps()) for store in stores))
-    return max((step for step in common if step <= at_most), default=0)
-
-
-def damaged_checkpoint(error: DamagedRunFolder, store: CheckpointStore, step: int,
-                       stores: list[CheckpointStore]) -> str:
-    folder = store.path(step)
-    kept = [store.path(earlier).name for earlier in store.steps() if earlier < step]
-    back_to = _newest_common_step(stores, step - 1)
-    return (f"{error}: the checkpoint {folder} cannot be resumed from. "
-            + (f"The earlier checkpoints kept in {store.root} are {', '.join(kept)}. "
-               if kept else f"{store.root} keeps no earlier checkpoint. ")
-            + f"To resume from {store.path(back_to).name if back_to else 'the start'}, "
-            f"remove {folder} and run the same command again: the logs are cut back to that "
-            "step and the steps after it are redone (remove more checkpoints to go further "
-            "back). Or put the file back from a copy of the run folder.")
-
-
-class StorageFailure(Exception):
-    """A write into the run folder failed for want of space or permission. What the run had
-    committed is untouched; the message says where it stands and how to resume."""
-
-
-def _describe_storage_failure(folder: Path, cause: OSError) -> str:
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    free_mib = shutil.disk_usage(existing).free / (1 << 20)
-    where = cause.filename or existing
-    state = RunDirectory(folder).read_state() if (folder / STATE_FILE).is_file() else None
-    if state is None:
-        committed = "nothing had been committed yet"
-    else:
-        committed = (f"the last committed state is kept ({folder / STATE_FILE}: "
-                     f"completed_batches {state.completed_batches})")
-    return (f"cannot write {where}: {cause.strerror} ({free_mib:.1f} MiB free on its file "
-            f"system); {committed}. Free space or make the folder writable, then run the "
-            "same command again to resume.")
-
-
-@contextmanager
-def storage_guard(folder: Path) -> Iterator[None]:
-    """Turn a failed write into `StorageFailure` when the storage refused it: an OSError
-    such as ENOSPC or EROFS behind the error, or (when a library hid the cause) a folder
-    that fails a write probe. Any other error passes through unchanged."""
-    try:
-        yield
-    except (StorageFailure, ConfigError, DamagedRunFolder):
-        raise  # a refusal, not a failed write: nothing to probe
-    except Exception as error:
-        cause = storage_os_error(error, folder) or probe_writable(folder)
-        if cause is None:
-            raise
-        raise StorageFailure(_describe_storage_failure(folder, cause)) from error
-
-
-Config = TypeVar("Config", bound=BaseModel)
-
-
-class Plan(Protocol):
-    def describe(self) -> str: ...
-
-
-P = TypeVar("P", bound=Plan)
-
-
-def keyed_config(source: YamlSource, key: str, load: Callable[[YamlSource], Config],
-                 plan: Callable[[Config, YamlSource], P], output_dir: str | None
-                 ) -> Callable[[], tuple[Config, P, str]]:
-    """`start_run`'s `prepare` for a file whose one top-level section `key` holds an
-    `output_dir` (which the command line's `output_dir` overrides)."""
-
-    def prepare() -> tuple[Config, P, str]:
-        config = load(source)
-        section = getattr(config, key)
-        if output_dir is not None:
-            section = section.model_copy(update={"output_dir": output_dir})
-            config = config.model_copy(update={key: section})
-        return config, plan(config, source), section.output_dir
-
-    return prepare
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """What the command line asks of any pipeline's run."""
-
-    output_dir: str | None = None  # overrides the config's ({TIMESTAMP} allowed)
-    dry_run: bool = False  # validate and print the plan; load no weights
-    new_run: bool = False  # with {TIMESTAMP} in output_dir: start fresh, do not resume
-    show_progress: bool = True
-
-
-@dataclass(frozen=True)
-class Started(Generic[P]):
-    """A run to train: its folder, the state it resumes from and its plan."""
-
-    run: RunDirectory
-    state: RunState
-    plan: P
-
-
-@dataclass(frozen=True)
-class Stopped:
-    """Nothing to train: 0 after a dry run or for a finished run, 2 for a config error."""
-
-    exit_status: int
-
-
-def start_run(prepare: Callable[[], tuple[BaseModel, P, str]], config_path: Path,
-              options: RunOptions, unit: str) -> Started[P] | Stopped:
-    """The start-up every pipeline shares. `prepare` loads and checks the config and
-    returns it with its plan and output_dir pattern. A config error is printed with file,
-    line and key; a damaged run folder raises DamagedRunFolder, before any weights load."""
-    try:
-        config, plan, output_dir = prepare()
-        if options.dry_run:
-            print(plan.describe())
-            print("dry run: the config is valid")
-            return Stopped(0)
-        run = RunDirectory.resolve(output_dir, config, fresh=options.new_run)
-        with storage_guard(run.path):
-            state = run.start(config, config_path)
-    except ConfigError as error:
-        print(f"config error: {error}", file=sys.stderr)
-        return Stopped(2)
-    if not run.announce(state, unit):
-        return Stopped(0)
-    return Started(run, state, plan)
 
 
 LATEST = "{LATEST}"

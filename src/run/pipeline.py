@@ -16,7 +16,7 @@ from src.configuration.errors import ConfigError
 from src.configuration.yaml_source import YamlSource
 from src.language_models.language_model import LanguageModel, TrainableLanguageModel
 from src.run.evaluation import Evaluator
-from src.run.folder import RunOptions
+from src.run.start import RunOptions
 from src.storage.state import Stateful
 
 

@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from src.run.folder import RunDirectory, RunState, damaged_checkpoint
+from src.run.folder import RunDirectory, RunState
 from src.run.metrics import MetricsLog
+from src.run.resume import damaged_checkpoint
 from src.storage.checkpoint_store import (
     BEST,
     BEST_MARK,

@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -85,8 +86,11 @@ def interpreter_paths(python: str) -> tuple[str, tuple[str, ...]]:
     return executable, tuple(sorted({os.path.realpath(p) for p in prefixes}))
 
 
-def read_only_mounts(settings: SandboxSettings, python: str) -> list[str]:
-    """bwrap's arguments for the read-only part of the new root."""
+def read_only_mounts(paths: Sequence[str], python: str, made: Sequence[str] = ()
+                     ) -> list[str]:
+    """bwrap's arguments for the read-only part of the new root: the system's, the
+    interpreter's installation and `paths`. `made`: folders already mounted (a writable
+    /tmp), which a path below them must not remake."""
     _, prefixes = interpreter_paths(python)
     arguments = ["--ro-bind", "/usr", "/usr"]
     for name in TOP_LEVEL_LINKS:
@@ -98,12 +102,13 @@ def read_only_mounts(settings: SandboxSettings, python: str) -> list[str]:
     arguments += [argument for name in ETC_FILES
                   for argument in ("--ro-bind-try", f"/etc/{name}", f"/etc/{name}")]
     mounted = ["/usr"]
-    for path in [*prefixes, *map(os.path.realpath, settings.read_only_paths)]:
+    for path in [*prefixes, *map(os.path.realpath, paths)]:
         if any(path == done or path.startswith(done + "/") for done in mounted):
             continue
         # folders above a mount are made here, readable: bwrap would copy the host's
         # modes (a root host's /root is 0700, which the sandbox's user cannot cross)
-        parents = [str(parent) for parent in reversed(Path(path).parents) if str(parent) != "/"]
+        parents = [str(parent) for parent in reversed(Path(path).parents)
+                   if str(parent) != "/" and str(parent) not in made]
         for parent in parents:
             arguments += ["--perms", "0755", "--dir", parent]
         arguments += ["--ro-bind", path, path]
@@ -135,18 +140,45 @@ def bubblewrap_command(settings: SandboxSettings) -> list[str]:
                "--hostname", "sandbox"]
     if not root_host:
         command += ["--unshare-user", "--uid", "1000", "--gid", "1000"]
-    command += read_only_mounts(settings, python)
+    command += read_only_mounts(settings.read_only_paths, python)
     command += ["--proc", "/proc", "--dev", "/dev",
                 "--size", str(settings.workdir_bytes), "--perms", "0755", "--tmpfs", WORKDIR,
                 "--symlink", f"{WORKDIR}/.tmp", "/tmp",
                 "--ro-bind", str(SUPERVISOR), SUPERVISOR_INSIDE,
                 "--chdir", WORKDIR, "--clearenv",
                 "--", executable, "-I", SUPERVISOR_INSIDE, "serve", config]
-    if root_host:
-        # bwrap then runs in a user namespace made by the launcher (see the docstring)
-        command = [executable, "-I", str(SUPERVISOR), "launch", str(ROOT_HOST_SANDBOX_UID),
-                   *command]
-    return command
+    return launched(command, executable)
+
+
+def launched(command: list[str], executable: str) -> list[str]:
+    """A bwrap command line as this host runs it: on a host running as root, bwrap runs
+    in a user namespace made by the launcher (see the module docstring)."""
+    if os.geteuid() != 0:
+        return command
+    return [executable, "-I", str(SUPERVISOR), "launch", str(ROOT_HOST_SANDBOX_UID), *command]
+
+
+def isolated_command(argv: list[str], read_only_paths: Sequence[str], tmp_bytes: int,
+                     env: dict[str, str]) -> list[str]:
+    """The command line that runs `argv` (a program of this interpreter's installation)
+    under bubblewrap without a supervisor: no network, read-only the system's files, the
+    interpreter's installation and `read_only_paths`, a private /tmp of `tmp_bytes` (also
+    HOME), only `env`, its own pid namespace that dies with this process. On a root host
+    the program starts as root of its namespace and must leave it itself
+    (`supervisor.leave_root`)."""
+    executable, _ = interpreter_paths(sys.executable)
+    command = [find_bwrap(SandboxSettings()), "--unshare-pid", "--unshare-net",
+               "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
+               "--new-session", "--hostname", "sandbox"]
+    if os.geteuid() != 0:
+        command += ["--unshare-user", "--uid", "1000", "--gid", "1000"]
+    # /tmp first: a path to mount may lie below the host's /tmp
+    command += ["--size", str(tmp_bytes), "--perms", "01777", "--tmpfs", "/tmp"]
+    command += read_only_mounts(read_only_paths, sys.executable, made=("/tmp",))
+    command += ["--proc", "/proc", "--dev", "/dev", "--chdir", "/tmp", "--clearenv"]
+    for name, value in {**env, "HOME": "/tmp", "TMPDIR": "/tmp"}.items():
+        command += ["--setenv", name, value]
+    return launched([*command, "--", *argv], executable)
 
 
 class BubblewrapBackend(SandboxBackend):

@@ -20,10 +20,10 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 from src.sandboxes.contract import (
     CallResult,
@@ -38,40 +38,51 @@ from src.sandboxes.contract import (
 from src.sandboxes.settings import SandboxSettings
 
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
+T = TypeVar("T")
 START_GRACE_S = 2.0  # the kill-and-sweep of a call that hit a bound, beyond its bound
 
 
 class _Spawner:
-    """Starts every sandbox from one thread that lives as long as this process:
-    PR_SET_PDEATHSIG (bubblewrap's --die-with-parent) fires when the *thread* that started
-    a process ends, so a sandbox opened from a short-lived worker thread would die with
-    it."""
+    """Starts every sandbox (and the bounded-call worker) from one thread that lives as long
+    as this process: PR_SET_PDEATHSIG (bubblewrap's --die-with-parent) fires when the
+    *thread* that started a process ends, so a sandbox opened from a short-lived worker
+    thread would die with it."""
 
     def __init__(self) -> None:
-        self._requests: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self.forget_after_fork()
 
-    def popen(self, argv: list[str], **options: Any) -> subprocess.Popen:
+    def run(self, start: Callable[[], T]) -> T:
+        """`start()` (which starts a process) called on the spawner's thread."""
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._serve, name="sandbox-spawner",
                                                 daemon=True)
                 self._thread.start()
         started: Future = Future()
-        self._requests.put((argv, options, started))
+        self._requests.put((start, started))
         return started.result()
+
+    def popen(self, argv: list[str], **options: Any) -> subprocess.Popen:
+        return self.run(lambda: subprocess.Popen(argv, **options))
 
     def _serve(self) -> None:
         while True:
-            argv, options, started = self._requests.get()
+            start, started = self._requests.get()
             try:
-                started.set_result(subprocess.Popen(argv, **options))
+                started.set_result(start())
             except BaseException as error:  # handed to the caller's thread
                 started.set_exception(error)
 
+    def forget_after_fork(self) -> None:
+        """Also in a forked child: the parent's thread is not there (a request would wait
+        for ever), and its lock may be held by a thread the child does not have."""
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
 
 SPAWNER = _Spawner()
+os.register_at_fork(after_in_child=SPAWNER.forget_after_fork)
 
 
 def child_pids(pid: int) -> list[int]:

@@ -618,11 +618,8 @@ class Session:
 def serve(config: dict) -> None:
     call = libc()
     if os.getuid() == 0 and config["drop_to_uid"]:
-        # the root host's launch: leave uid 0 of the namespace, and every capability
         os.chown(config["workdir"], SANDBOX_UID, SANDBOX_UID)
-        os.setgroups([])
-        os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
-        os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+        leave_root()
     call.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     call.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     # die with the parent (bwrap, or the host process): bwrap's own setting is cleared by
@@ -632,6 +629,14 @@ def serve(config: dict) -> None:
     os.makedirs(os.path.join(config["workdir"], ".tmp"), exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     Supervisor(config).serve()
+
+
+def leave_root() -> None:
+    """After the root host's launch: leave uid 0 of the namespace, and every capability
+    with it."""
+    os.setgroups([])
+    os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+    os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
 
 
 def launch(host_uid: int, argv: list[str]) -> None:

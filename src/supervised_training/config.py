@@ -143,6 +143,8 @@ class SupervisedTrainingConfig(StrictModel):
     output_dir: str
     random_seed: int = 42
     reproducible: bool = True  # deterministic kernels: as the assignment's `reproducible`
+    # torch's CPU threads: as the assignment's `num_threads` (None: environment or host)
+    num_threads: PositiveInt | None = None
     language_model: ComponentConfig
     # the oracle's demonstrations (train split) and the evaluation (held-out splits)
     task: ComponentConfig

@@ -22,17 +22,10 @@ from src.language_models.tool_calls import template_renders_tools
 from src.report.run_end import end_of_run_report
 from src.run.assembly import instantiate
 from src.run.evaluation import Evaluator
-from src.run.folder import (
-    RunDirectory,
-    RunNotFound,
-    RunOptions,
-    RunState,
-    Stopped,
-    keyed_config,
-    start_run,
-    storage_guard,
-)
+from src.run.folder import RunDirectory, RunNotFound, RunState
 from src.run.pipeline import EvaluationParts, Pipeline
+from src.run.start import RunOptions, Stopped, keyed_config, start_run
+from src.run.storage_guard import storage_guard
 from src.runtime.reproducibility import prepare_model_building
 from src.supervised_training.config import (
     SUPERVISED_TRAINING_KEY,

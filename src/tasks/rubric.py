@@ -29,13 +29,28 @@ failure is a bug in the task, not something a reply may do, so it raises, and th
 ends as `task_error` like any failure of its environment; nothing is caught, so no
 `<name>/error` metric is reported.
 
-Every function runs bounded in time (`timeout_s` a call, src/runtime/bounded_call.py): in
+Every function runs bounded in time (`timeout_s` a call, src/sandboxes/bounded_call.py): in
 a worker process that is killed when a reply keeps it computing (sympy on
 `9**9**9**9`, a loop), so a function must be importable there: a module-level def, or an
-object of a module-level class. An overrun is something a reply did, whichever the
+object of a module-level class. The worker is isolated (it sees only the module search
+path read-only): a function that reads another host file (one it loads by path) names it
+in a `read_paths` attribute. An overrun is something a reply did, whichever the
 rubric: the function scores 0 and is listed in the episode's info under
 `scorer_timeouts`; where errors are counted it is also an error (`<name>/error` 1, its
 message in `reward_function_errors`) and the episode metric `scorer_timeout` is 1.
+
+A function that says `runs_in_caller = True` (an attribute of its class, or of the def)
+is called in the calling process instead, outside the worker and its bound: trusted code
+that needs what the worker lacks (the network, a model too large to load twice), such as
+a judge model behind an HTTP server or a reward model (src/tasks/model_rewards/). It
+bounds its own time, and never evaluates the reply. Its failures are scored as above.
+
+A `DetailedReward` may also carry `texts`, short strings kept in the episode's info under
+`reward_function_texts` -> `<name>` (a judge's prompt and verdict), which the run page
+shows with the episode; the function keeps them short.
+
+A config names a function with settings as a `RewardTerm`: a dotted path, the settings
+it is built with, and its weight.
 """
 
 from __future__ import annotations
@@ -49,9 +64,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, model_validator
+
 from src.configuration.components import import_dotted
 from src.records.episode import Sample
-from src.runtime.bounded_call import SCORER_TIMEOUT_S, BoundedFunction, BoundExceeded
+from src.sandboxes.bounded_call import (
+    SCORER_TIMEOUT_S,
+    BoundedFunction,
+    BoundExceeded,
+    ScorerUnavailable,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -61,17 +83,20 @@ TIMEOUT_METRIC = "scorer_timeout"  # 1: a function ran past its bound on the rep
 # the same name would overwrite them in the metrics.
 RESERVED_NAMES = frozenset({"reward", "success_rate", "episodes", TIMEOUT_METRIC})
 ERRORS_KEY = "reward_function_errors"
+TEXTS_KEY = "reward_function_texts"
 SCORER_TIMEOUTS_KEY = "scorer_timeouts"
 _MESSAGE_LIMIT = 500  # characters of a failure's message kept in the episode's info
 
 
 @dataclass(frozen=True)
 class DetailedReward:
-    """What a reward function may return instead of a float: the value, and figures of its
-    own, reported as `<name>/<key>` and never added into the score."""
+    """What a reward function may return instead of a float: the value, figures of its
+    own, reported as `<name>/<key>` and never added into the score, and texts kept in the
+    episode's info (see the module docstring)."""
 
     value: float
     details: Mapping[str, float] = field(default_factory=dict)
+    texts: Mapping[str, str] = field(default_factory=dict)
 
 
 RewardFunction = Callable[..., float | DetailedReward]
@@ -80,8 +105,8 @@ RewardFunction = Callable[..., float | DetailedReward]
 @dataclass(frozen=True)
 class RubricScore:
     """One reply's scoring: the weighted sum, each function's value, the messages of the
-    functions that failed on it, the functions' details as `<name>/<key>` metrics, and
-    the functions that ran past their bound."""
+    functions that failed on it, the functions' details as `<name>/<key>` metrics, the
+    functions that ran past their bound, and the functions' texts by name."""
 
     score: float
     values: dict[str, float]
@@ -89,6 +114,7 @@ class RubricScore:
     details: dict[str, float] = field(default_factory=dict)
     counts_errors: bool = True  # False: a rubric that lets failures raise
     timeouts: tuple[str, ...] = ()
+    texts: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def metrics(self) -> dict[str, float]:
         """The episode metrics: `<name>` (and `<name>/error` where errors are counted) for
@@ -103,18 +129,21 @@ class RubricScore:
         return metrics | self.details
 
     def info(self) -> dict[str, Any]:
-        """The episode info entries: the failures' messages and the functions that ran
-        past their bound, where there were any."""
+        """The episode info entries: the failures' messages, the functions that ran past
+        their bound and the functions' texts, where there were any."""
         info: dict[str, Any] = {ERRORS_KEY: dict(self.errors)} if self.errors else {}
         if self.timeouts:
             info[SCORER_TIMEOUTS_KEY] = list(self.timeouts)
+        if self.texts:
+            info[TEXTS_KEY] = {name: dict(texts) for name, texts in self.texts.items()}
         return info
 
 
 @dataclass(frozen=True)
 class _Entry:
     name: str
-    function: BoundedFunction  # a `_Call` of the reward function
+    call: _Call
+    bounded: BoundedFunction | None  # `call` in the worker; None: it runs in the caller
     weight: float
     arguments: frozenset[str]  # what the function is given, by keyword
 
@@ -157,11 +186,15 @@ class Rubric:
             if not math.isfinite(weight):
                 raise ValueError(f"reward function '{name}': weight {weight} is not finite")
             arguments = _arguments_of(name, function)
-            try:
-                bounded = BoundedFunction(_Call(function, name))
-            except ValueError as error:
-                raise ValueError(f"reward function {error}") from error
-            entries.append(_Entry(name, bounded, float(weight), arguments))
+            call = _Call(function, name)
+            bounded = None
+            if getattr(function, "runs_in_caller", False) is not True:
+                try:
+                    bounded = BoundedFunction(
+                        call, read_paths=getattr(function, "read_paths", ()))
+                except ValueError as error:
+                    raise ValueError(f"reward function {error}") from error
+            entries.append(_Entry(name, call, bounded, float(weight), arguments))
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         self._entries = tuple(entries)
@@ -189,11 +222,15 @@ class Rubric:
         errors: dict[str, str] = {}
         details: dict[str, float] = {}
         timeouts: list[str] = []
+        texts: dict[str, dict[str, str]] = {}
         for entry in self._entries:
+            arguments = {key: given[key] for key in entry.arguments}
             try:
-                result = entry.function({key: given[key] for key in entry.arguments},
-                                        timeout_s=self.timeout_s)
+                result = (entry.call(arguments) if entry.bounded is None
+                          else entry.bounded(arguments, timeout_s=self.timeout_s))
                 values[entry.name], own = self._checked(result)
+            except ScorerUnavailable:  # the host's failure, not the reply's
+                raise
             except Exception as error:  # untrusted replies: see the module docstring
                 overran = isinstance(error, BoundExceeded)
                 if overran:
@@ -213,9 +250,12 @@ class Rubric:
                                    entry.name, exc_info=True)
                 continue
             details.update((f"{entry.name}/{key}", value) for key, value in own.items())
+            if isinstance(result, DetailedReward) and result.texts:
+                texts[entry.name] = dict(result.texts)
         score = sum(entry.weight * values[entry.name] for entry in self._entries)
         return RubricScore(score=score, values=values, errors=errors, details=details,
-                           counts_errors=self.catch_errors, timeouts=tuple(timeouts))
+                           counts_errors=self.catch_errors, timeouts=tuple(timeouts),
+                           texts=texts)
 
     def _checked(self, result: Any) -> tuple[float, dict[str, float]]:
         """The value and the details of what a function returned; TypeError or ValueError
@@ -230,10 +270,43 @@ class Rubric:
                for figure in details.values()):
             raise TypeError(f"returned details {dict(details)!r:.80} that are not all "
                             "finite numbers")
+        if isinstance(result, DetailedReward) and not all(
+                isinstance(text, str) for text in result.texts.values()):
+            raise TypeError(f"returned texts {dict(result.texts)!r:.80} that are not all "
+                            "strings")
         if self.catch_errors and "error" in details:
             raise ValueError("returned a detail 'error', which would overwrite the metric "
                              "<name>/error")
         return float(value), {key: float(figure) for key, figure in details.items()}
+
+
+class RewardTerm(BaseModel):
+    """A reward function as a config gives it with settings: `function` by dotted path,
+    called with `parameters` where they are given (a class, such as a judge, that builds
+    the reward function), and its weight in the rubric. The path is imported, and the
+    parameters checked against the class's `settings_model` (a pydantic model) where it
+    has one, when the term is read: a config's dry run finds their mistakes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    function: str  # a dotted path: a reward function, or what builds one from `parameters`
+    weight: float = 1.0
+    parameters: dict[str, Any] | None = None  # None: `function` is the reward function
+
+    @model_validator(mode="after")
+    def check_function(self) -> RewardTerm:
+        try:
+            target = import_dotted(self.function)
+        except ImportError as error:
+            raise ValueError(f"function '{self.function}': {error}") from error
+        settings_model = getattr(target, "settings_model", None)
+        if self.parameters is not None and settings_model is not None:
+            settings_model.model_validate(self.parameters)
+        return self
+
+    def build(self) -> RewardFunction:
+        target = import_dotted(self.function)
+        return target if self.parameters is None else target(**self.parameters)
 
 
 def _name_of(function: Any) -> str:

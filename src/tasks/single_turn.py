@@ -18,6 +18,15 @@ functions and the oracle by dotted path, e.g.
       samples: {train: [{question: "2 + 2", answer: "4"}], validation: [...]}
       prompt: "What is {question}? Reply with the number only."
       rubric: {my_package.rewards.exact: 1.0, my_package.rewards.brief: 0.2}
+
+or, where a function takes settings (a judge model: src/tasks/model_rewards/), the rubric
+as a list of `RewardTerm`s (src/tasks/rubric.py):
+
+      rubric:
+        - {function: my_package.rewards.exact, weight: 1.0}
+        - function: src.tasks.model_rewards.judge.Judge
+          weight: 0.5
+          parameters: {name: helpful, base_url: "http://localhost:8000/v1", ...}
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ from typing import Any
 
 from src.configuration.components import import_dotted
 from src.records.episode import Outcome, Sample
-from src.tasks.rubric import Rubric
+from src.tasks.rubric import RewardTerm, Rubric
 from src.tasks.task import (
     SPLITS,
     EpisodeEnv,
@@ -54,7 +63,8 @@ class SingleTurnTask(Task["SingleTurnEpisode"]):
     def __init__(
         self,
         samples: Mapping[str, Sequence[Mapping[str, Any]]],  # split -> its samples' fields
-        rubric: Rubric | Mapping[str, float],  # or (a config) function path -> weight
+        # or (a config) function path -> weight, or a list of reward terms with settings
+        rubric: Rubric | Mapping[str, float] | Sequence[RewardTerm],
         prompt: str = "{question}",  # a format string over a sample's fields
         # the expert reply from a sample's fields (or its dotted path); None: the task has
         # no oracle, and the oracle agent and supervised warm-up cannot run on it
@@ -65,8 +75,12 @@ class SingleTurnTask(Task["SingleTurnEpisode"]):
         unknown = sorted(set(samples) - set(SPLITS))
         if unknown:
             raise ValueError(f"samples: unknown splits {unknown} (splits: {', '.join(SPLITS)})")
-        self.rubric = rubric if isinstance(rubric, Rubric) else Rubric(
-            list(rubric), list(rubric.values()))
+        if isinstance(rubric, Mapping):
+            rubric = Rubric(list(rubric), list(rubric.values()))
+        elif not isinstance(rubric, Rubric):
+            terms = [RewardTerm.model_validate(term) for term in rubric]
+            rubric = Rubric([term.build() for term in terms], [term.weight for term in terms])
+        self.rubric = rubric
         self.prompt_format = prompt
         self.oracle: OracleFunction | None = (
             import_dotted(oracle) if isinstance(oracle, str) else oracle)
@@ -76,7 +90,7 @@ class SingleTurnTask(Task["SingleTurnEpisode"]):
                          for split, rows in samples.items()}
         needed = {"answer"} & self.rubric.arguments
         if type(self).prompt is SingleTurnTask.prompt:  # an overridden prompt reads its own
-            needed |= _format_fields(prompt)
+            needed |= format_fields(prompt)
         for rows in self._samples.values():
             for sample in rows:
                 missing = sorted(needed - set(sample.data))
@@ -143,7 +157,7 @@ def _sample(split: str, index: int, fields: Mapping[str, Any]) -> Sample:
                   category=str(fields.get("category", "default")), data=dict(fields))
 
 
-def _format_fields(text: str) -> set[str]:
+def format_fields(text: str) -> set[str]:
     """The sample fields a prompt format string reads ({question}, {row[0]}: question,
     row); ValueError for a positional field, which no sample can fill."""
     fields = set()

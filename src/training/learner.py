@@ -28,6 +28,7 @@ from src.training.optimisation import (
     LearningRateSchedule,
     clipped_optimizer_step,
     learning_rate_factor,
+    zero_gradients,
 )
 from src.training.settings import OptimizerSettings
 from src.training.token_metrics import TokenMetrics
@@ -47,6 +48,11 @@ class Objective(Protocol):
     def __call__(self, part: TokenRows, scored: ScoredTokens, totals: MiniBatchTotals,
                  metrics: TokenMetrics) -> torch.Tensor: ...
 
+    def vanishes(self, rows: TokenRows, indices: Sequence[int]) -> bool:
+        """Whether the loss of these rows is 0 with a zero gradient whatever the model
+        scores."""
+        ...
+
 
 class NonFiniteUpdate(RuntimeError):
     """An optimiser step left NaN or infinite values in the trainable weights."""
@@ -54,7 +60,7 @@ class NonFiniteUpdate(RuntimeError):
 
 @dataclass(frozen=True)
 class StepResult:
-    loss: float
+    loss: float  # a step without a forward (`Learner.skips_forward`): the exact 0
     grad_norm: float
     learning_rate: float  # the rate this step used
 
@@ -185,23 +191,21 @@ class Learner:
     def update(self, rows: TokenRows, indices: Sequence[int], objective: Objective,
                metrics: TokenMetrics, temperature: float = 1.0) -> StepResult:
         """Accumulate the objective's gradient over the mini-batch `indices` in
-        micro-batches, then take one clipped optimiser step."""
+        micro-batches, then take one clipped optimiser step.
+
+        A mini-batch whose gradient is known to be exactly zero takes the step without a
+        forward or backward pass (`skips_forward`): on zero gradients, so that the
+        weights, the optimiser's state and the schedule move exactly as the scored step
+        would move them (AdamW still decays the weights, applies the momentum of earlier
+        steps and counts the step)."""
         rows.check_within(self.model.max_context_tokens)
         self.model.train_mode(dropout=objective.dropout)
-        mini_mask = rows.batch.loss_mask[list(indices)]
-        totals = MiniBatchTotals(num_sequences=len(indices), num_tokens=float(mini_mask.sum()),
-                                 longest_completion=int(mini_mask.sum(-1).max().item()))
-        step_loss = 0.0
-        with torch.enable_grad():
-            for micro, counts in self.shard.passes(self.micro_batches(rows, indices)):
-                part = rows.select(micro)
-                scored = self.model.score(part.batch, temperature=temperature,
-                                          with_entropy=objective.with_entropy)
-                loss = objective(part, scored, totals, metrics if counts else TokenMetrics())
-                if not counts:
-                    loss = loss * 0.0
-                loss.backward()
-                step_loss += loss.item()
+        if not self.skips_forward(rows, indices, objective):
+            step_loss = self._accumulate_gradients(rows, indices, objective, metrics,
+                                                   temperature)
+        else:
+            zero_gradients(self.model.trainable_parameters())
+            step_loss = 0.0
         learning_rate = self.learning_rate
         norm = clipped_optimizer_step(self.optimizer, self.scheduler,
                                       self.model.trainable_parameters(),
@@ -217,6 +221,41 @@ class Learner:
                 "checkpoint is as it was. A loss or gradient that overflows (a learning rate "
                 "too high, no optimizer.max_grad_norm) does this")
         return StepResult(step_loss, norm, learning_rate)
+
+    @staticmethod
+    def skips_forward(rows: TokenRows, indices: Sequence[int], objective: Objective) -> bool:
+        """Whether the step on `indices` goes without a forward and backward: only when
+        skipping them changes no bit of the run. That needs both
+        - the objective's gradient exactly zero whatever the model scores
+          (`objective.vanishes`: for RL, every advantage 0 and no other term). A real
+          backward of it leaves zeros on every trainable parameter (0 x a finite value,
+          and the scores are finite: a step that leaves weights not finite stops the run);
+        - a forward that draws no random numbers: with dropout on, the forward draws from
+          torch's generator, and skipping it would move every later draw (sampling
+          included). With dropout off (the RL objectives' default) it draws none; an
+          objective that keeps dropout on is always scored, even where the model's
+          dropout rate is 0."""
+        return not objective.dropout and objective.vanishes(rows, indices)
+
+    def _accumulate_gradients(self, rows: TokenRows, indices: Sequence[int],
+                              objective: Objective, metrics: TokenMetrics,
+                              temperature: float) -> float:
+        """Forward and backward over the micro-batches of `indices`; the mini-batch's loss."""
+        mini_mask = rows.batch.loss_mask[list(indices)]
+        totals = MiniBatchTotals(num_sequences=len(indices), num_tokens=float(mini_mask.sum()),
+                                 longest_completion=int(mini_mask.sum(-1).max().item()))
+        step_loss = 0.0
+        with torch.enable_grad():
+            for micro, counts in self.shard.passes(self.micro_batches(rows, indices)):
+                part = rows.select(micro)
+                scored = self.model.score(part.batch, temperature=temperature,
+                                          with_entropy=objective.with_entropy)
+                loss = objective(part, scored, totals, metrics if counts else TokenMetrics())
+                if not counts:
+                    loss = loss * 0.0
+                loss.backward()
+                step_loss += loss.item()
+        return step_loss
 
     @property
     def learning_rate(self) -> float:

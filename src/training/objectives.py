@@ -7,6 +7,7 @@ mini-batch's totals, so that micro-batches add up to the mini-batch's loss.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -41,6 +42,11 @@ class PolicyObjective:
     `old_from_forward`: the batch takes one optimiser step, so the trainer's log-probs
     before it are this very forward's (detached). They are the PPO ratio's "old" and the
     correction's o_t against the sampler's s_t, with no separate scoring pass.
+
+    The loss vanishes, value and gradient, whatever the model scores, when every row's
+    A is 0 and no other term is there: no entropy bonus, and no KL reference scored
+    (then the KL is neither penalised nor measured, and a measured KL feeds the KL
+    controller). `vanishes` says so, and the learner then skips the forward.
     """
 
     policy_loss: PolicyLossFunction
@@ -92,6 +98,13 @@ class PolicyObjective:
                         (logp - part.sampler_logprobs.to(device)).abs(), mask)
         return loss
 
+    def vanishes(self, rows: TokenRows, indices: Sequence[int]) -> bool:
+        """Whether the loss of these rows is 0 with a zero gradient whatever the model
+        scores: every advantage exactly 0 (a NaN is not), no entropy term, no reference."""
+        assert rows.advantages is not None
+        return (not self.entropy_coeff and rows.ref_logprobs is None
+                and bool((rows.advantages[list(indices)] == 0).all()))
+
 
 @dataclass
 class CrossEntropyObjective:
@@ -116,3 +129,6 @@ class CrossEntropyObjective:
         return aggregate(negative, mask, self.aggregation,
                          num_sequences=self.num_sequences or totals.num_sequences,
                          num_tokens=totals.num_tokens)
+
+    def vanishes(self, rows: TokenRows, indices: Sequence[int]) -> bool:
+        return False  # -logp is what the model scores

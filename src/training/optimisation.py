@@ -27,6 +27,15 @@ def learning_rate_factor(warmup_steps: int, total_steps: int,
     return factor
 
 
+def zero_gradients(parameters: list[torch.nn.Parameter]) -> None:
+    """Give every parameter a gradient of zeros, as a backward of a loss whose gradient is
+    exactly zero leaves it (zeros in each parameter's dtype and shape, not None: the
+    optimiser skips a parameter whose gradient is None, and its state would then not
+    decay, nor its step count advance)."""
+    for parameter in parameters:
+        parameter.grad = torch.zeros_like(parameter)
+
+
 def clipped_optimizer_step(optimizer: torch.optim.Optimizer,
                            scheduler: torch.optim.lr_scheduler.LRScheduler | None,
                            parameters: list[torch.nn.Parameter],

@@ -17,7 +17,8 @@ from src.configuration.yaml_source import YamlSource
 from src.online_training.trainer import RLTrainingCallback
 from src.run.assembly import load_experiment_config, plan_experiment
 from src.run.callbacks import Callback
-from src.run.folder import RunDirectory, RunState, config_changes
+from src.run.folder import RunDirectory, RunState
+from src.run.resume import config_changes
 from src.run_experiment import main
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

@@ -38,7 +38,8 @@ assignment_config:
         lora_config: {{r: 4, lora_alpha: 8, target_modules: [q_proj, v_proj]}}
     - name: rollout_pool
       module: src.language_models.rollout_pool.pool.RolloutPool
-      parameters: {{trainer: policy, engine: hf, num_engines: 1, verify_sync: false}}
+      parameters: {{trainer: policy, engine: hf, num_engines: 1, verify_sync: false,
+                   max_staleness: {pool_lag}}}
   agent:
     name: lora_rl_agent
     parameters: {{language_model: {sampler}, temperature: 1.0, max_new_tokens: 8}}
@@ -54,12 +55,12 @@ assignment_config:
 """
 
 
-def _write(tmp_path: Path, model: Path, sampler: str = "rollout_pool", kept: object = 1
-           ) -> tuple[Path, Path]:
+def _write(tmp_path: Path, model: Path, sampler: str = "rollout_pool", kept: object = 1,
+           pool_lag: int = 1) -> tuple[Path, Path]:
     output = tmp_path / "run"
     config = tmp_path / "assignment.yaml"
     config.write_text(ASSIGNMENT.format(output=output, model=model, sampler=sampler,
-                                        kept=kept))
+                                        kept=kept, pool_lag=pool_lag))
     return config, output
 
 
@@ -72,6 +73,15 @@ def test_overlap_needs_a_pool_to_sample_from(tmp_path: Path, tiny_model_path: Pa
     with pytest.raises(ConfigError, match="rollout pool") as error:
         _plan(config)
     assert "assignment_config.rollout.max_staleness" in str(error.value)
+
+
+def test_overlap_with_a_pool_that_syncs_itself_sooner_is_refused(
+        tmp_path: Path, tiny_model_path: Path) -> None:
+    # with max_staleness 0 the pool took the new policy for the batch sampled ahead
+    # whenever the update ended before that batch's first request: a race
+    config, _ = _write(tmp_path, tiny_model_path, pool_lag=0)
+    with pytest.raises(ConfigError, match="'rollout_pool' syncs .* max_staleness=0"):
+        _plan(config)
 
 
 def test_overlap_with_a_callback_that_drops_stale_samples_is_refused(

@@ -120,6 +120,22 @@ def test_metrics_carry_trl_names(tiny_model_path: Path) -> None:
     assert metrics["policy_version"] == 1.0 and model.policy_version == 1
 
 
+def test_a_batch_of_equal_returns_steps_without_scoring_and_says_so(
+        tiny_model_path: Path) -> None:
+    """Every group's returns equal: every advantage 0, so the learner steps on zero
+    gradients without a forward; the figures only a forward measures are left out."""
+    model = make_model(tiny_model_path)
+    episodes = sampled_episodes(model, [[1.0, 1.0], [0.5, 0.5]])
+    metrics = first_update(model, episodes, 2, optimizer=OptimizerSettings(weight_decay=0.1))
+    assert metrics["update_skipped"] == 1.0 and metrics["grad_norm"] == 0.0
+    assert not {"loss", "entropy", "clip_ratio/low_mean", "logprob_diff/sampler_trainer"
+                } & set(metrics)
+    assert metrics["policy_version"] == 1.0  # the step happened (weight decay moved A)
+    scored = first_update(make_model(tiny_model_path),
+                          sampled_episodes(model, [[1.0, 0.0], [0.5, 0.5]]), 2)
+    assert scored["update_skipped"] == 0.0 and "loss" in scored
+
+
 def test_the_return_is_the_task_s_reward_times_the_weight(tiny_model_path: Path) -> None:
     """Outcome rewards (DB-bench's reward_correct, ...) are the task's; the trainer does
     not shape them again."""

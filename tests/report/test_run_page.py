@@ -21,6 +21,7 @@ from src.records.episode import EpisodeRecord
 from src.report import run_page_episodes
 from src.report.curves import load_metrics
 from src.report.paired_comparison import paired_comparison
+from src.tasks.rubric import TEXTS_KEY
 from tests.conftest import PROJECT_ROOT, requires_embedded_model
 from tests.run_folders import run_command
 
@@ -185,7 +186,9 @@ def write_evaluation(path: Path, replies: list[str], outcomes: list[str]) -> Non
         reward=float(outcome == "correct"), turns=1, prompt_tokens=10, completion_tokens=5,
         chat=[ChatMessage(role="user", content="What is 1 + 1? <i>&amp;</i>"),
               ChatMessage(role="agent", content=reply)],
-        metrics={"correct": float(outcome == "correct")}, info={"note": "</script><b>"})
+        metrics={"correct": float(outcome == "correct")},
+        info={"note": "</script><b>", TEXTS_KEY: {"graded": {
+            "prompt": f"Reply: {reply}", "verdict": "Score: 7 <b>bold</b>"}}})
         for index, (reply, outcome) in enumerate(zip(replies, outcomes, strict=True))]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(row.model_dump_json() + "\n" for row in rows))
@@ -221,7 +224,14 @@ def test_what_a_model_wrote_shows_as_text_and_runs_nothing(tmp_path: Path,
         detail = by_css(browser, "#episode-table tr.detail")[0]
         assert shown_chat(detail) == ["What is 1 + 1? <i>&amp;</i>", payload]
         assert "category: <b>bold</b>" in text_of(detail)
-        assert "</script><b>" in text_of(detail.find_elements("css selector", "table.info")[0])
+        info_table = text_of(detail.find_elements("css selector", "table.info")[0])
+        assert "</script><b>" in info_table and TEXTS_KEY not in info_table
+        # a judge's prompt and verdict, each whole as text, under its function's name
+        assert [(text_of(text.find_elements("css selector", ".role")[0]),
+                 text_of(text.find_elements("css selector", "pre")[0]))
+                for text in detail.find_elements("css selector", ".reward-text")] == [
+            ("graded · prompt", f"Reply: {payload}"),
+            ("graded · verdict", "Score: 7 <b>bold</b>")]
     # no element made of what the data wrote (the page's own <b>s are labels)
     assert by_css(browser, "img, i") == []
     assert "bold" not in [text_of(bold) for bold in by_css(browser, "b")]

@@ -5,14 +5,25 @@ run (or, for a task's own functions, raise)."""
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from src.records.episode import Sample
-from src.tasks.rubric import ERRORS_KEY, SCORER_TIMEOUTS_KEY, DetailedReward, Rubric
+from src.sandboxes.bounded_call import ScorerUnavailable
+from src.tasks.rubric import (
+    ERRORS_KEY,
+    SCORER_TIMEOUTS_KEY,
+    TEXTS_KEY,
+    DetailedReward,
+    RewardTerm,
+    Rubric,
+)
 
 FIELDS = {"question": "France", "answer": "Paris", "category": "europe"}
 SAMPLE = Sample(sample_id="train-000007", category="europe", data=FIELDS)
@@ -211,3 +222,94 @@ def test_a_rubric_that_cannot_work_is_refused_when_built() -> None:
             Rubric(*arguments)
     with pytest.raises(ImportError):
         Rubric(["tests.tasks.test_rubric.no_such_function"])
+
+
+class UnloadableScorer:
+    """A scorer whose set-up fails in the scoring process (a dependency missing there)."""
+
+    __name__ = "unloadable"
+
+    def __init__(self) -> None:
+        self.dependency = "missing_dependency"
+
+    def __setstate__(self, state: dict[str, str]) -> None:
+        raise ImportError(f"no module named {state['dependency']!r}")
+
+    def __call__(self, reply: str) -> float:
+        return 1.0
+
+
+def test_a_scorer_that_cannot_be_loaded_is_raised_not_scored_zero() -> None:
+    # the host's failure: scoring the reply 0 would teach the policy from a broken scorer
+    rubric = Rubric([UnloadableScorer()])
+    with pytest.raises(ScorerUnavailable, match="unloadable.*missing_dependency"):
+        rubric.score("42", SAMPLE, "prompt")
+
+
+class InCaller:
+    """A reward function that runs in the calling process: it holds what could not cross
+    to the worker (a lock), and says which process it ran in."""
+
+    runs_in_caller = True
+
+    def __init__(self, name: str = "in_caller") -> None:
+        self.__name__ = name
+        self.lock = threading.Lock()
+
+    def __call__(self, reply: str) -> DetailedReward:
+        with self.lock:
+            if not reply:
+                raise ValueError("no reply")
+            return DetailedReward(1.0, {"pid": float(os.getpid())}, texts={"said": reply})
+
+
+class InWorker(InCaller):
+    runs_in_caller = False
+
+
+def test_a_function_that_runs_in_the_caller_is_called_there() -> None:
+    rubric = Rubric([InCaller(), brief])
+    scored = rubric.score("Paris", SAMPLE, "")
+    assert scored.values == {"in_caller": 1.0, "brief": 1.0}
+    assert scored.details == {"in_caller/pid": float(os.getpid())}
+    assert scored.info() == {TEXTS_KEY: {"in_caller": {"said": "Paris"}}}
+    failed = rubric.score("", SAMPLE, "")  # its failures are scored as any function's
+    assert failed.score == 1.0 and failed.metrics()["in_caller/error"] == 1.0
+    assert failed.info() == {ERRORS_KEY: {"in_caller": "ValueError: no reply"}}
+    with pytest.raises(ValueError, match="'in_worker' cannot be sent"):
+        Rubric([InWorker("in_worker")])  # unmarked, it goes to the worker
+
+
+def said(reply: str) -> DetailedReward:
+    return DetailedReward(0.5, texts={"said": reply, "length": str(len(reply))})
+
+
+def said_a_number(reply: str) -> DetailedReward:
+    return DetailedReward(0.5, texts={"length": len(reply)})  # type: ignore[dict-item]
+
+
+def test_texts_are_kept_in_the_info_and_must_be_strings() -> None:
+    scored = Rubric([said, brief]).score("Paris", SAMPLE, "")  # from the worker too
+    assert scored.score == 1.5
+    assert scored.info() == {TEXTS_KEY: {"said": {"said": "Paris", "length": "5"}}}
+    assert scored.metrics()["said/error"] == 0.0
+    scored = Rubric([said_a_number]).score("Paris", SAMPLE, "")
+    assert scored.values == {"said_a_number": 0.0}
+    assert scored.errors["said_a_number"].startswith("TypeError: returned texts")
+
+
+def test_a_reward_term_names_a_function_or_builds_one_from_its_parameters() -> None:
+    assert RewardTerm(function="tests.tasks.test_rubric.exact").build() is exact
+    term = RewardTerm.model_validate({"function": "tests.tasks.test_rubric.InCaller",
+                                      "parameters": {"name": "judged"}, "weight": 0.5})
+    built = term.build()
+    assert isinstance(built, InCaller) and built.__name__ == "judged" and term.weight == 0.5
+    with pytest.raises(ValidationError, match="weigth"):
+        RewardTerm.model_validate({"function": "tests.tasks.test_rubric.exact", "weigth": 2})
+    # read from a config: the path is imported and the settings checked at once
+    with pytest.raises(ValidationError, match="has no attribute 'no_such_function'"):
+        RewardTerm(function="tests.tasks.test_rubric.no_such_function")
+    with pytest.raises(ValidationError, match="temprature"):
+        RewardTerm(function="src.tasks.model_rewards.judge.Judge", parameters={
+            "base_url": "http://127.0.0.1:9/v1", "model": "judge", "template": "{reply}",
+            "score_range": [0, 1], "temprature": 0.0})

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from src.records.episode import EpisodeStatus, Outcome, StepInfo
 from src.run_experiment import main
@@ -115,6 +116,15 @@ def test_a_reward_function_that_raises_on_a_reply_does_not_end_the_run() -> None
     assert (reward, terminated, info["status"]) == (1.0, True, EpisodeStatus.COMPLETED)
     assert info["metrics"]["first_letter"] == 0.0 and info["metrics"]["first_letter/error"] == 1.0
     assert info["extras"]["reward_function_errors"]["first_letter"].startswith("IndexError")
+
+
+def test_a_rubric_may_be_given_as_reward_terms() -> None:
+    task = capitals(rubric=[{"function": "tests.tasks.test_single_turn.exact", "weight": 2.0},
+                            {"function": "tests.tasks.test_single_turn.brief"}])
+    assert task.rubric.names == ("exact", "brief")
+    assert reply_to(task, "train-000000", "Paris")[1] == 3.0
+    with pytest.raises(ValidationError, match="parameter"):
+        capitals(rubric=[{"function": "tests.tasks.test_single_turn.exact", "parameter": {}}])
 
 
 def test_without_an_oracle_the_oracle_reply_says_so() -> None:

@@ -19,7 +19,8 @@ from sqlalchemy import create_engine, make_url
 
 from src.tasks.instance.db_bench.problem import ColumnSpec, TableSpec
 from src.tasks.instance.db_bench.sandbox import SandboxSettings, SqlSandbox
-from src.tasks.instance.db_bench.sandbox_backends import CANCEL_GRACE_S, drop_kept_databases
+from src.tasks.instance.db_bench.sandbox_backends.base import CANCEL_GRACE_S
+from src.tasks.instance.db_bench.sandbox_backends.postgresql_databases import drop_kept_databases
 from tests.tasks.db_bench.conftest import canary_rows
 
 T = TypeVar("T")

@@ -12,7 +12,7 @@ import pytest
 import reasoning_gym
 
 from src.records.episode import EpisodeStatus, Outcome
-from src.runtime.bounded_call import worker_pid
+from src.sandboxes.bounded_call import worker_pid
 from src.tasks.instance.reasoning_gym.task import ReasoningGymTask
 from src.tasks.task import TaskSettingError, derived_seed
 from tests.conftest import requires_embedded_model
@@ -265,3 +265,15 @@ def test_a_reply_that_keeps_the_scorer_computing_scores_zero_within_the_bound() 
     answer = task.get_sample(sample_id).data["answer"]
     reward, info = reply_to(task, sample_id, f"\\boxed{{{answer}}}")
     assert reward == 1.0 and info["metrics"]["scorer_timeout"] == 0.0
+
+
+@pytest.mark.parametrize("dataset", ["countdown", "puzzle24"])
+def test_a_reply_that_its_scorer_evaluates_as_python_cannot_touch_the_host(
+        dataset: str, tmp_path: Path) -> None:
+    # these scorers parse the expression with sympy, which evaluates it as Python
+    task = ReasoningGymTask(dataset, num_train=2, num_validation=2)
+    escaped = tmp_path / "escaped"
+    reply = f"\\boxed{{__import__('pathlib').Path('{escaped}').touch() or 24}}"
+    reward, info = reply_to(task, "validation-000000", reply)
+    assert not escaped.exists()
+    assert info["outcome"] is Outcome.INCORRECT and info["status"] is EpisodeStatus.COMPLETED

@@ -23,12 +23,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from src.tasks.instance.db_bench.problem import TableSpec, Value
-from src.tasks.instance.db_bench.sandbox_backends import (
+from src.tasks.instance.db_bench.sandbox_backends import open_backend
+from src.tasks.instance.db_bench.sandbox_backends.base import (
     Fetched,
     SandboxLimits,
     StatementFailed,
     StorageExceeded,
-    open_backend,
 )
 from src.tasks.instance.db_bench.statement_guard import StatementGuard, StatementRejected
 from src.tasks.instance.db_bench.table_schema import build_table

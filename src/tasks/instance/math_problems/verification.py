@@ -2,7 +2,7 @@
 
 math-verify enforces its own timeouts with SIGALRM, which works only in a process's main
 thread (not in thread pools or Ray actors), and sympy can compute for ever on a reply such
-as `\\boxed{9^{9^{9}}}`. So the check is a bounded call (src/runtime/bounded_call.py): it
+as `\\boxed{9^{9^{9}}}`. So the check is a bounded call (src/sandboxes/bounded_call.py): it
 runs in a worker process that is killed and replaced when it overruns; the answer then
 counts as wrong.
 """
@@ -13,7 +13,12 @@ import logging
 
 from math_verify import parse, verify
 
-from src.runtime.bounded_call import SCORER_TIMEOUT_S, BoundedFunction, BoundExceeded
+from src.sandboxes.bounded_call import (
+    SCORER_TIMEOUT_S,
+    BoundedFunction,
+    BoundExceeded,
+    ScorerUnavailable,
+)
 
 logger = logging.getLogger(__name__)
 # its timeouts are off (they run in our worker's main thread but we bound the whole call);
@@ -52,6 +57,8 @@ def verify_bounded(gold: str, boxed: str, timeout_s: float = VERIFY_TIMEOUT_S) -
     except BoundExceeded as overrun:
         logger.warning("math-verify on the answer %.80r: %s; counted as wrong", boxed, overrun)
         return False
+    except ScorerUnavailable:  # the host's failure, raised as it is
+        raise
     except Exception as error:
         raise RuntimeError(f"math-verify failed on the answer {boxed!r} (gold {gold!r}): "
                            f"{type(error).__name__}: {error}") from error

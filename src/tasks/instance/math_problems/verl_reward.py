@@ -68,6 +68,7 @@ class CustomReward:
         self.data_source = data_source
         self.compute_score = load_compute_score(config)
         self.__name__ = CUSTOM
+        self.read_paths = (config.path,)  # the scoring process loads the file again
 
     def __getstate__(self) -> tuple[CustomRewardFunction, str]:
         return self.config, self.data_source

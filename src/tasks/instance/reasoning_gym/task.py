@@ -30,7 +30,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from src.runtime.bounded_call import SCORER_TIMEOUT_S
+from src.sandboxes.bounded_call import SCORER_TIMEOUT_S
 from src.tasks.answers import MAX_ANSWER_CHARS, AnswerFormat, final_answer
 from src.tasks.instance.optional_packages import import_optional
 from src.tasks.rubric import Rubric

@@ -60,11 +60,10 @@ import logging
 import math
 import numbers
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from src.configuration.components import import_dotted
-from src.language_models.chat_template import render_chat
 from src.language_models.language_model import (
     LanguageModel,
     NewTokens,
@@ -74,6 +73,7 @@ from src.language_models.language_model import (
 from src.records.episode import Outcome, Sample
 from src.tasks.instance.keyword_arguments import check_keyword_arguments
 from src.tasks.instance.optional_packages import import_optional
+from src.tasks.instance.textarena.opponent import OpponentFailed, OpponentFunction, OpponentMoves
 from src.tasks.random_streams import RandomStreams
 from src.tasks.task import (
     EpisodeEnv,
@@ -90,7 +90,6 @@ from src.tasks.task import (
 textarena = import_optional("textarena", "textarena")
 logger = logging.getLogger(__name__)
 
-OpponentFunction = Callable[[str], str]
 GAME_ID = -1  # TextArena's sender id of the game's own messages
 # TextArena's reward for a game lost by an invalid move (its states' `set_invalid_move`)
 INVALID_MOVE_REWARD = -1.0
@@ -220,11 +219,7 @@ def make_game(env_id: str, env_kwargs: dict[str, Any]) -> Any:
     return game
 
 
-class OpponentFailed(Exception):
-    """The opponent's move raised: its function, its model, or the game on its move."""
-
-
-class TextArenaEpisode(EpisodeEnv[TextArenaTask]):
+class TextArenaEpisode(OpponentMoves, EpisodeEnv[TextArenaTask]):
     """One game, the agent playing `sample.data['player']` (the other side on odd group
     indices where `player` is `alternate`)."""
 
@@ -307,55 +302,6 @@ class TextArenaEpisode(EpisodeEnv[TextArenaTask]):
                 name = "GAME" if sender == GAME_ID else roles.get(sender, f"Player {sender}")
                 lines.append(f"[{name}] {str(text).strip(chr(10))}")
         return "\n".join(lines)
-
-    def _play_opponent(self) -> bool:
-        """The opponent's moves until it is the agent's turn; whether the game ended.
-        Raises OpponentFailed where a move of the opponent's raised."""
-        while True:
-            with self._streams.active():
-                state = self._game.state
-                if state.done:
-                    return True
-                if state.current_player_id == self._player:
-                    return False
-                opponent_id, messages = self._game.get_observation()
-            try:
-                move = self._opponent_move(self._render(messages, opponent_id))
-                with self._streams.active():
-                    done, _ = self._game.step(action=move)
-            except Exception as error:  # noqa: BLE001 - the opponent's fault, not the agent's
-                raise OpponentFailed(f"{type(error).__name__}: {error}") from error
-            if done:
-                return True
-
-    def _opponent_move(self, observation: str) -> str:
-        family = self.family
-        if family.opponent_function is not None:
-            return str(family.opponent_function(observation))
-        model = family.opponent_model
-        assert model is not None
-        self._opponent_chat.append(("user", observation))
-        prompt = self._opponent_prompt(model)
-        self._opponent_seed = (self._opponent_seed * 1_000_003 + 7) % (2**31)
-        generation = model.generate([prompt], family.opponent_sampling,
-                                    seed=self._opponent_seed)[0][0]
-        end_of_turn = set(model.end_of_turn_ids())
-        ids = [token for token in generation.token_ids if token not in end_of_turn]
-        move = model.tokenizer.decode(ids, skip_special_tokens=True)
-        self._opponent_chat.append(("agent", move))
-        return move
-
-    def _opponent_prompt(self, model: LanguageModel) -> list[int]:
-        """The opponent's chat rendered by its template: its first message and as many of
-        the latest as fit its context with room for a move."""
-        room = model.max_context_tokens - self.family.opponent_sampling.max_new_tokens
-        chat = list(self._opponent_chat)
-        while True:
-            text = render_chat(model, None, chat, generation_prompt=True)
-            ids = model.tokenizer(text, add_special_tokens=False)["input_ids"]
-            if len(ids) <= room or len(chat) <= 2:
-                return ids[-room:]
-            chat = [chat[0], *chat[3:]]  # drop the oldest exchange after the first message
 
     def _end(self) -> StepOutcome:
         family = self.family

@@ -1,0 +1,144 @@
+"""A reward model's score of a reply as a reward: a Hugging Face sequence-classification
+model (`AutoModelForSequenceClassification`) and its tokenizer.
+
+`RewardModel(**settings)` is a rubric's reward function (`RewardModelSettings` lists the
+settings). Its input is the task's prompt and the reply as the tokenizer's chat template
+renders them (a user message, then the assistant's), or `text`, a format string over
+{reply}, {prompt}, {sample_id} and the sample's fields. The reward is, times `scale`:
+
+- without `label`, the model's one logit, or its sigmoid with `squash`;
+- with `label` (a name of the model's `id2label`, or an index), that label's probability
+  (the softmax of the logits).
+
+The model runs in the calling process (`runs_in_caller`): it is trusted, and too large to
+load again in the rubric's worker process. It is loaded once per process for each
+(model, device, dtype), on `device` (cpu by default), and called without gradients;
+`scores` takes several inputs at once, in batches of `batch_size`, padded on the right
+(the padding is never attended to, and the model reads its last token that is not
+padding). An input longer than `max_length` tokens loses its start, so that the reply's
+end, where the score is read, stays. The rubric scores one reply at a time, so each call
+is a batch of one.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, PositiveInt, model_validator
+
+from src.tasks.single_turn import format_fields
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class RewardModelSettings(BaseModel):
+    """A reward model's settings (the `parameters` of a `RewardTerm` naming
+    `RewardModel`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "reward_model"  # the reward function's name: metrics `<name>`, ...
+    model: str  # a Hugging Face model name or a folder holding the model and tokenizer
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    # None: the model's one logit is the score; a label's name or index: its probability
+    label: str | int | None = None
+    squash: bool = False  # the sigmoid of the logit (without `label`)
+    scale: float = 1.0  # the reward is the score times this
+    # the model's input: a format string over {reply}, {prompt}, {sample_id} and the
+    # sample's fields; None: the prompt and the reply in the tokenizer's chat template
+    text: str | None = None
+    max_length: PositiveInt = 4096  # tokens of an input; a longer one loses its start
+    batch_size: PositiveInt = 8  # inputs per forward pass
+
+    @model_validator(mode="after")
+    def check_score(self) -> RewardModelSettings:
+        if not self.name.isidentifier():
+            raise ValueError(f"name {self.name!r} is not an identifier (a metric's name)")
+        if self.squash and self.label is not None:
+            raise ValueError("squash applies to the logit: a label's probability is already "
+                             "in [0, 1]")
+        if self.text is not None and "reply" not in format_fields(self.text):
+            raise ValueError("text never reads {reply}: the model would not see the reply")
+        return self
+
+
+@functools.cache
+def load(model: str, device: str, dtype: str) -> tuple[Any, Any]:
+    """The model, in evaluation mode on `device`, and its tokenizer: once per process."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    tokenizer.padding_side, tokenizer.truncation_side = "right", "left"
+    classifier = AutoModelForSequenceClassification.from_pretrained(model, dtype=DTYPES[dtype])
+    if tokenizer.pad_token is None:  # a decoder's tokenizer often has none: its eos pads
+        tokenizer.pad_token = tokenizer.eos_token
+    if classifier.config.pad_token_id is None:  # where the model finds each input's end
+        classifier.config.pad_token_id = tokenizer.pad_token_id
+    return classifier.to(device).eval(), tokenizer
+
+
+class RewardModel:
+    """A reward model's score as a reward function: see the module docstring."""
+
+    runs_in_caller = True  # the rubric calls it in its own process (the model is there)
+    settings_model = RewardModelSettings  # what a config's `RewardTerm` checks by
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = RewardModelSettings.model_validate(settings)
+        self.__name__ = self.settings.name
+        self.model, self.tokenizer = load(self.settings.model, self.settings.device,
+                                          self.settings.dtype)
+        labels = self.model.config.num_labels
+        label = self.settings.label
+        if label is None:
+            if labels != 1:
+                raise ValueError(f"reward model {self.settings.model} has {labels} labels: "
+                                 "name the one whose probability is the reward (label)")
+            self.label_index = 0
+        elif isinstance(label, int):
+            if not 0 <= label < labels:
+                raise ValueError(f"label {label}: the model has labels 0 to {labels - 1}")
+            self.label_index = label
+        else:
+            indices = {name: index for index, name in self.model.config.id2label.items()}
+            if label not in indices:
+                raise ValueError(f"label {label!r} is none of the model's {sorted(indices)}")
+            self.label_index = int(indices[label])
+
+    def __call__(self, reply: str, prompt: str, sample: Mapping[str, Any],
+                 sample_id: str) -> float:
+        return self.scores([self.text_of(reply, prompt, sample, sample_id)])[0]
+
+    def text_of(self, reply: str, prompt: str, sample: Mapping[str, Any],
+                sample_id: str) -> str:
+        """The model's input for a reply (special tokens included where the chat template
+        writes them)."""
+        if self.settings.text is not None:
+            fields = {**sample, "reply": reply, "prompt": prompt, "sample_id": sample_id}
+            return self.settings.text.format_map(fields)
+        return self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}],
+            tokenize=False)
+
+    def scores(self, texts: Sequence[str]) -> list[float]:
+        """The rewards of several inputs (`text_of`), in batches of `batch_size`."""
+        settings = self.settings
+        rewards: list[float] = []
+        for start in range(0, len(texts), settings.batch_size):
+            # the chat template writes its own special tokens; a plain text needs them
+            batch = self.tokenizer(list(texts[start:start + settings.batch_size]),
+                                   padding=True, truncation=True,
+                                   max_length=settings.max_length, return_tensors="pt",
+                                   add_special_tokens=settings.text is not None)
+            with torch.inference_mode():
+                logits = self.model(**batch.to(self.model.device)).logits.float()
+            if settings.label is not None:
+                score = logits.softmax(dim=-1)[:, self.label_index]
+            else:
+                score = logits[:, 0].sigmoid() if settings.squash else logits[:, 0]
+            rewards += (settings.scale * score).tolist()
+        return rewards

@@ -573,10 +573,11 @@ class Session:
             argv = ["bash", "--norc", "--noprofile", "-c", BASH_DRIVER]
 
         def preexec() -> None:
-            supervisor.preexec(cpu_bound=False)
-            # via high numbers, so that neither end overwrites the other on its way
+            # via high numbers, so that neither end overwrites the other on its way; made
+            # before the limits, whose max_open_files may be below them
             high_read = fcntl.fcntl(request_read, fcntl.F_DUPFD, 100)
             high_write = fcntl.fcntl(answer_write, fcntl.F_DUPFD, 100)
+            supervisor.preexec(cpu_bound=False)
             os.dup2(high_read, 3)
             os.dup2(high_write, 4)
 
@@ -627,7 +628,11 @@ def serve(config: dict) -> None:
     # ends us after the call in progress.
     call.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     os.makedirs(os.path.join(config["workdir"], ".tmp"), exist_ok=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # no handler for SIGTERM or SIGINT (Python's own raises KeyboardInterrupt): process 1
+    # of a pid namespace gets, from inside it, only the signals it handles, so the model's
+    # `kill -TERM 1` would otherwise end the sandbox; the host ends it with SIGKILL
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     Supervisor(config).serve()
 
 

@@ -215,6 +215,27 @@ def test_python_and_bash_sessions_keep_their_state(sandbox: SupervisedSandbox) -
     assert bash.call("pwd").session_restarted
 
 
+@pytest.mark.parametrize("signal_name", ["TERM", "INT", "HUP", "QUIT", "USR1"])
+def test_the_models_code_cannot_signal_the_sandbox_away(sandbox: SupervisedSandbox,
+                                                        signal_name: str) -> None:
+    # process 1 of the pid namespace: a signal from inside reaches it only through a
+    # handler, and a handler for SIGTERM or SIGINT let `kill -TERM 1` end the sandbox
+    assert sandbox.run(f"kill -{signal_name} 1").status in (CallStatus.OK,
+                                                             CallStatus.ERROR_EXIT)
+    python = sandbox.session("python")
+    python.call(f"import os, signal; os.kill(1, signal.SIG{signal_name})")
+    assert sandbox.alive and sandbox.run("echo alive").stdout == "alive\n"
+    assert python.call("print(1)").stdout == "1\n"
+
+
+def test_a_low_open_files_bound_still_runs_sessions() -> None:
+    # the session's pipes were moved through descriptor 100 after the bound was set
+    settings = SandboxSettings(limits=CallLimits(max_open_files=32))
+    with open_backend(settings).open() as sandbox:
+        assert sandbox.session("python").call("print(2)").stdout == "2\n"
+        assert sandbox.session("bash").call("echo 3").stdout == "3\n"
+
+
 def test_a_dead_or_hung_sandbox_is_a_status(sandbox: SupervisedSandbox) -> None:
     supervisor = psutil.Process(sandbox.supervisor_pid)
     supervisor.suspend()  # hung: the host's wait is bounded

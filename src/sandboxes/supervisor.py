@@ -199,6 +199,7 @@ class Supervisor:
         printed = 0
         bound = None
         done = None
+        answer = bytearray()  # the session's answer line, as far as it has come
         pending_stdin = stdin
         open_fds = set(streams)
         if done_fd is not None:
@@ -248,9 +249,10 @@ class Supervisor:
                     stdin_fd = None
             for fd in readable:
                 if fd == done_fd:
-                    line = read_line(fd)
+                    if not read_available_line(fd, answer):
+                        continue  # a partial line: the call's bounds still hold
                     open_fds.discard(fd)
-                    done = parse_answer(line)
+                    done = parse_answer(bytes(answer))
                     # what was printed before the answer is already in the pipes
                     for stream_fd in list(open_fds & set(streams)):
                         self.drain(stream_fd, streams, output, open_fds)
@@ -485,15 +487,20 @@ def parse_answer(line: bytes) -> dict:
     return answer if isinstance(answer, dict) else {"ended": True}
 
 
-def read_line(fd: int) -> bytes:
-    """One line from a pipe whose writer sends one line at a time."""
-    data = bytearray()
-    while not data.endswith(b"\n"):
-        chunk = os.read(fd, 1)
+def read_available_line(fd: int, line: bytearray) -> bool:
+    """Add to `line` what the non-blocking pipe `fd` holds now, up to a newline; True once
+    the line is whole (or its writer closed the pipe). Never waits: a writer that sends
+    part of a line and stops (the model's code can write to the session's answer pipe)
+    must not hold the supervisor past the call's bounds."""
+    while not line.endswith(b"\n"):
+        try:
+            chunk = os.read(fd, 1)
+        except BlockingIOError:
+            return False
         if not chunk:
-            break
-        data += chunk
-    return bytes(data)
+            return True
+        line += chunk
+    return True
 
 
 def cpu_seconds(pid: int) -> float:
@@ -567,6 +574,7 @@ class Session:
         self.used = False
         request_read, self.requests = os.pipe()
         self.answers, answer_write = os.pipe()
+        os.set_blocking(self.answers, False)  # read as it comes: see read_available_line
         if kind == "python":
             argv = [supervisor.config["python"], "-u", "-c", PYTHON_DRIVER]
         else:

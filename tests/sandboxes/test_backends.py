@@ -228,6 +228,21 @@ def test_the_models_code_cannot_signal_the_sandbox_away(sandbox: SupervisedSandb
     assert python.call("print(1)").stdout == "1\n"
 
 
+@pytest.mark.parametrize("kind, code", [
+    ("python", "import os, time; os.write(4, b'{'); time.sleep(60)"),
+    ("bash", "printf '{' >&4; sleep 60")])
+def test_a_partial_answer_line_is_still_bounded_by_the_call(sandbox: SupervisedSandbox,
+                                                            kind: str, code: str) -> None:
+    # the supervisor waited for the rest of the line, past the wall bound, until the host
+    # declared the sandbox hung
+    started = time.monotonic()
+    result = sandbox.session(kind).call(code, timeout_s=1)
+    assert result.status is CallStatus.TIMEOUT
+    assert time.monotonic() - started < 1 + SETTINGS.hang_grace_s
+    assert sandbox.alive and sandbox.session(kind).call("echo 5" if kind == "bash"
+                                                        else "print(5)").stdout == "5\n"
+
+
 def test_a_low_open_files_bound_still_runs_sessions() -> None:
     # the session's pipes were moved through descriptor 100 after the bound was set
     settings = SandboxSettings(limits=CallLimits(max_open_files=32))

@@ -16,6 +16,7 @@ from src.run.rollout import roll_out_lockstep
 from src.tasks.instance.math_python_tool.task import MathPythonToolTask
 from src.tasks.task import TaskSettingError
 from src.tasks.tool_episode import ToolEpisode
+from tests.sandboxes.processes import note_present_processes, sandbox_processes
 
 Reply = str | Callable[[Episode], str]
 
@@ -39,28 +40,9 @@ class ScriptedAgent(Agent):
         return replies
 
 
-def sandbox_processes() -> list[psutil.Process]:
-    """The live processes of this test process's sandboxes: each bubblewrap and what runs
-    under it (not the answer checker's worker process)."""
-    alive = []
-    for process in psutil.Process().children():
-        try:
-            if process.name() == "bwrap":
-                alive += [process, *process.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            continue
-    return [process for process in alive if _running(process)]
-
-
-def _running(process: psutil.Process) -> bool:
-    try:
-        return process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 @pytest.fixture
 def task() -> Iterator[MathPythonToolTask]:
+    note_present_processes()
     family = MathPythonToolTask(num_train=4, num_validation=2, max_round=4,
                                 tools=["python", "bash"], max_tool_output_chars=200,
                                 max_calls_per_reply=3,

@@ -17,6 +17,7 @@ from src.records.episode import Outcome
 from src.run_experiment import main
 from src.tasks.instance.math_python_tool.task import MathPythonToolTask, is_held_out
 from tests.conftest import PROJECT_ROOT
+from tests.sandboxes.processes import note_present_processes, sandbox_processes
 
 SMOKE = PROJECT_ROOT / "configs" / "assignments" / "smoke_oracle_math_python_tool.yaml"
 
@@ -98,6 +99,7 @@ def test_settings_that_cannot_work_are_refused_by_name() -> None:
 
 
 def test_the_oracle_runs_end_to_end_through_the_sandbox(tmp_path: Path) -> None:
+    note_present_processes()
     assert main(["--config_path", str(SMOKE), "--output_dir", str(tmp_path / "run"),
                  "--no_progress"]) == 0
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
@@ -109,7 +111,8 @@ def test_the_oracle_runs_end_to_end_through_the_sandbox(tmp_path: Path) -> None:
     assert all(e["turns"] == 2 and e["chat"][2]["content"].startswith("<tool_response>\n")
                for e in episodes)
     # every sandbox of the run is closed with it
-    assert not [p for p in psutil.Process().children() if p.name() == "bwrap"]
+    psutil.wait_procs(sandbox_processes(), timeout=5)
+    assert sandbox_processes() == []
 
 
 def test_a_dry_run_checks_that_this_host_can_make_the_sandbox(tmp_path: Path, capsys) -> None:

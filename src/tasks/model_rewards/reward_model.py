@@ -29,6 +29,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, PositiveInt, model_validator
 
+from src.language_models.embedded_model import resolve_model_path
 from src.tasks.single_turn import format_fields
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -41,7 +42,9 @@ class RewardModelSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = "reward_model"  # the reward function's name: metrics `<name>`, ...
-    model: str  # a Hugging Face model name or a folder holding the model and tokenizer
+    # a Hugging Face model name, a folder holding the model and tokenizer, or an embedded
+    # model (`embedded:smollm2-135m`)
+    model: str
     device: str = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     # None: the model's one logit is the score; a label's name or index: its probability
@@ -71,9 +74,10 @@ def load(model: str, device: str, dtype: str) -> tuple[Any, Any]:
     """The model, in evaluation mode on `device`, and its tokenizer: once per process."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model)
+    path = resolve_model_path(model)  # `embedded:` names as every model of the project
+    tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.padding_side, tokenizer.truncation_side = "right", "left"
-    classifier = AutoModelForSequenceClassification.from_pretrained(model, dtype=DTYPES[dtype])
+    classifier = AutoModelForSequenceClassification.from_pretrained(path, dtype=DTYPES[dtype])
     if tokenizer.pad_token is None:  # a decoder's tokenizer often has none: its eos pads
         tokenizer.pad_token = tokenizer.eos_token
     if classifier.config.pad_token_id is None:  # where the model finds each input's end

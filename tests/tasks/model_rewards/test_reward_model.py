@@ -172,3 +172,12 @@ def test_on_a_gpu_the_scores_are_the_cpus(bert: Path) -> None:
     on_gpu = RewardModel(model=str(bert), text="{reply}", device="cuda")
     assert on_gpu.model.device.type == "cuda"
     assert on_gpu.scores(replies) == pytest.approx(on_cpu.scores(replies), abs=1e-4)
+
+
+@requires_embedded_model
+def test_an_embedded_model_is_named_as_everywhere_in_the_project() -> None:
+    # its score head is new (random): what is checked is that the name resolves and scores
+    from src.language_models.embedded_model import DEFAULT_MODEL
+
+    scores = RewardModel(model=DEFAULT_MODEL, label=0).scores(REPLIES[:2])
+    assert len(scores) == 2 and all(0.0 <= score <= 1.0 for score in scores)

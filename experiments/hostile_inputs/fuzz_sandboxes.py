@@ -88,6 +88,7 @@ from src.sandboxes.tools import BashTool, PythonTool
 from src.tasks.instance.code_tests.task import CodeTestsTask
 from src.tasks.instance.shell_tasks.task import ShellTask
 from src.tasks.tool_episode import ToolTask
+from tests.sandboxes.processes import live_descendants
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 HOME = Path.home()
@@ -468,17 +469,6 @@ class Host:
             except psutil.Error:
                 continue
         return described
-
-
-def live_descendants() -> list[psutil.Process]:
-    alive = []
-    for process in psutil.Process().children(recursive=True):
-        try:
-            if process.status() != psutil.STATUS_ZOMBIE:
-                alive.append(process)
-        except psutil.NoSuchProcess:
-            continue
-    return alive
 
 
 def marked_processes(marker: str) -> list[psutil.Process]:

@@ -12,7 +12,8 @@ from src.sandboxes.bounded_call import worker_pid
 _present_at_start: set[int] = set()
 
 
-def _live_descendants() -> list[psutil.Process]:
+def live_descendants() -> list[psutil.Process]:
+    """This process's descendants that have not ended."""
     alive = []
     for process in psutil.Process().children(recursive=True):
         try:
@@ -26,7 +27,7 @@ def _live_descendants() -> list[psutil.Process]:
 def note_present_processes() -> None:
     """Called as a test begins: what runs now is not the test's."""
     _present_at_start.clear()
-    _present_at_start.update(process.pid for process in _live_descendants())
+    _present_at_start.update(process.pid for process in live_descendants())
 
 
 def sandbox_processes() -> list[psutil.Process]:
@@ -40,5 +41,5 @@ def sandbox_processes() -> list[psutil.Process]:
             scorers = {scorer, *(child.pid for child in root.children(recursive=True))}
         except psutil.NoSuchProcess:
             pass
-    return [process for process in _live_descendants()
+    return [process for process in live_descendants()
             if process.pid not in _present_at_start and process.pid not in scorers]

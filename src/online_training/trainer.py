@@ -332,15 +332,13 @@ class RLTrainingCallback(EpisodeTrainer):
             if self.ppo.epochs > 1 or mini_size < len(indices):
                 shuffle.shuffle(order)
             for start in range(0, len(order), mini_size):
-                mini_batch = order[start:start + mini_size]
+                step = self.learner.update(rows, order[start:start + mini_size], objective,
+                                           token_metrics, temperature)
+                objective.measure_drift = False  # only before the batch's first step
                 # a step the learner takes on zero gradients without scoring measures no
                 # loss, ratio, entropy or mismatch: its figures are left out, not zeros
-                unscored = Learner.skips_forward(rows, mini_batch, objective)
-                step = self.learner.update(rows, mini_batch, objective, token_metrics,
-                                           temperature)
-                objective.measure_drift = False  # only before the batch's first step
-                skipped += unscored
-                if not unscored:
+                skipped += not step.scored
+                if step.scored:
                     losses.append(step.loss)
                 norms.append(step.grad_norm)
         metrics = token_metrics.means()

@@ -63,6 +63,7 @@ class StepResult:
     loss: float  # a step without a forward (`Learner.skips_forward`): the exact 0
     grad_norm: float
     learning_rate: float  # the rate this step used
+    scored: bool = True  # False: taken on zero gradients without a forward
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,8 @@ class Learner:
         steps and counts the step)."""
         rows.check_within(self.model.max_context_tokens)
         self.model.train_mode(dropout=objective.dropout)
-        if not self.skips_forward(rows, indices, objective):
+        scored = not self.skips_forward(rows, indices, objective)
+        if scored:
             step_loss = self._accumulate_gradients(rows, indices, objective, metrics,
                                                    temperature)
         else:
@@ -220,7 +222,7 @@ class Learner:
                 "the run stops here, before committing them, and its last committed "
                 "checkpoint is as it was. A loss or gradient that overflows (a learning rate "
                 "too high, no optimizer.max_grad_norm) does this")
-        return StepResult(step_loss, norm, learning_rate)
+        return StepResult(step_loss, norm, learning_rate, scored)
 
     @staticmethod
     def skips_forward(rows: TokenRows, indices: Sequence[int], objective: Objective) -> bool:

@@ -257,7 +257,7 @@ class ShardedLearner:
         load_trainable(self.model, trainable)
         self.step += 1
         return StepResult(sum(result.loss for result, *_ in results), first.grad_norm,
-                          first.learning_rate)
+                          first.learning_rate, first.scored)
 
     # ---- state ---------------------------------------------------------------------
     def save(self, directory: Path, extra: dict[str, Any]) -> None:

@@ -241,7 +241,6 @@ class Rubric:
                 values[entry.name] = 0.0
                 if not self.catch_errors:
                     continue
-                values[entry.name] = 0.0
                 errors[entry.name] = f"{type(error).__name__}: {error}"[:_MESSAGE_LIMIT]
                 if not overran and entry.name not in self._failed:
                     self._failed.add(entry.name)

@@ -35,6 +35,8 @@ from typing import Any
 
 import psutil
 
+from src.sandboxes.backends import SUPERVISOR_INSIDE
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TAG = "KILL_ANYWHERE_SANDBOX_TOKEN"
 SAMPLE_S = 0.2
@@ -97,7 +99,7 @@ def sandboxes(processes: list[psutil.Process]) -> int:
 def orphaned_supervisors() -> list[str]:
     found = []
     for process in psutil.process_iter(["cmdline"]):
-        if (process.info["cmdline"] or [])[1:4] != ["-I", "/.sandbox/supervisor.py", "serve"]:
+        if (process.info["cmdline"] or [])[1:4] != ["-I", SUPERVISOR_INSIDE, "serve"]:
             continue  # (bwrap's own command line names the supervisor too)
         try:
             parent = process.parent()

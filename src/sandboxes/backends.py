@@ -1,12 +1,13 @@
 """The two backends and the host check: `open_backend(settings)`,
 `check_sandbox_available(settings)`.
 
-bubblewrap: `bwrap` puts the supervisor (src/sandboxes/supervisor.py) in new user, pid,
+bubblewrap: `bwrap` puts the supervisor (src/sandboxes/supervisor/) in new user, pid,
 network, ipc and uts namespaces as their process 1, over a new root holding only, read-only,
 /usr and the /bin, /lib links, a few files of /etc the dynamic loader and programs read, the
-interpreter's installation and `read_only_paths`; a fresh /proc and /dev; the working
-directory /workspace, a tmpfs of `workdir_bytes` (HOME; /tmp links to /workspace/.tmp). No
-network (only a loopback), no home folder, no project checkout, no host /tmp.
+interpreter's installation and `read_only_paths`, and the supervisor's own sources (in
+`SUPERVISOR_INSIDE`); a fresh /proc and /dev; the working directory /workspace, a tmpfs of
+`workdir_bytes` (HOME; /tmp links to /workspace/.tmp). No network (only a loopback), no
+home folder, no project checkout, no host /tmp.
 `--die-with-parent` ties the sandbox to the thread of this process that started it (the
 spawner's, which lives as long as the process), so a run killed by SIGKILL takes every
 sandbox with it. On a host running as root, processes of uid 0 are exempt from
@@ -41,7 +42,7 @@ from src.sandboxes.process import SUPERVISOR, SupervisedSandbox
 from src.sandboxes.settings import SandboxSettings
 
 WORKDIR = "/workspace"
-SUPERVISOR_INSIDE = "/.sandbox/supervisor.py"
+SUPERVISOR_INSIDE = "/.sandbox/supervisor"
 ROOT_HOST_SANDBOX_UID = 65534  # "nobody": the host uid of a root host's sandboxes
 # what programs and the dynamic loader read from /etc (no passwords, no host names)
 ETC_FILES = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime",
@@ -127,6 +128,14 @@ def supervisor_config(settings: SandboxSettings, workdir: str, python: str,
                        "drop_to_uid": os.geteuid() == 0})
 
 
+def supervisor_mounts() -> list[str]:
+    """bwrap's arguments that mount the supervisor's sources read-only in
+    `SUPERVISOR_INSIDE`, file by file: nothing else its folder may hold on the host
+    (compiled caches) is readable inside."""
+    return [argument for source in sorted(SUPERVISOR.glob("*.py"))
+            for argument in ("--ro-bind", str(source), f"{SUPERVISOR_INSIDE}/{source.name}")]
+
+
 def bubblewrap_command(settings: SandboxSettings) -> list[str]:
     """The command line that starts one sandbox's supervisor under bubblewrap."""
     python = settings.python or sys.executable
@@ -144,8 +153,7 @@ def bubblewrap_command(settings: SandboxSettings) -> list[str]:
     command += ["--proc", "/proc", "--dev", "/dev",
                 "--size", str(settings.workdir_bytes), "--perms", "0755", "--tmpfs", WORKDIR,
                 "--symlink", f"{WORKDIR}/.tmp", "/tmp",
-                "--ro-bind", str(SUPERVISOR), SUPERVISOR_INSIDE,
-                "--chdir", WORKDIR, "--clearenv",
+                *supervisor_mounts(), "--chdir", WORKDIR, "--clearenv",
                 "--", executable, "-I", SUPERVISOR_INSIDE, "serve", config]
     return launched(command, executable)
 
@@ -165,7 +173,7 @@ def isolated_command(argv: list[str], read_only_paths: Sequence[str], tmp_bytes:
     interpreter's installation and `read_only_paths`, a private /tmp of `tmp_bytes` (also
     HOME), only `env`, its own pid namespace that dies with this process. On a root host
     the program starts as root of its namespace and must leave it itself
-    (`supervisor.leave_root`)."""
+    (`supervisor.identity.leave_root`)."""
     executable, _ = interpreter_paths(sys.executable)
     command = [find_bwrap(SandboxSettings()), "--unshare-pid", "--unshare-net",
                "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",

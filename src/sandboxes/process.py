@@ -1,4 +1,4 @@
-"""The host's side of a sandbox: the supervisor process (src/sandboxes/supervisor.py)
+"""The host's side of a sandbox: the supervisor process (src/sandboxes/supervisor/)
 started by a backend's command, spoken to over its stdin and stdout.
 
 Every wait on the supervisor is bounded (the call's wall bound plus `hang_grace_s`); a
@@ -37,7 +37,7 @@ from src.sandboxes.contract import (
 )
 from src.sandboxes.settings import SandboxSettings
 
-SUPERVISOR = Path(__file__).with_name("supervisor.py")
+SUPERVISOR = Path(__file__).with_name("supervisor")  # run as a folder: see its __main__.py
 T = TypeVar("T")
 START_GRACE_S = 2.0  # the kill-and-sweep of a call that hit a bound, beyond its bound
 

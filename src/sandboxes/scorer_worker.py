@@ -37,7 +37,7 @@ from typing import Any
 
 from src.sandboxes.backends import isolated_command
 from src.sandboxes.process import SPAWNER, child_pids
-from src.sandboxes.supervisor import leave_root
+from src.sandboxes.supervisor.identity import leave_root
 
 START_TIMEOUT_S = 120.0  # a worker imports what the functions need: seconds on a loaded machine
 # The address space one call may add to the worker's (RLIMIT_AS, set before each call).

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from src.sandboxes.backends import check_sandbox_available, open_backend
+from src.sandboxes.backends import SUPERVISOR_INSIDE, check_sandbox_available, open_backend
 from src.sandboxes.contract import CallStatus, SandboxNotAvailableOnHost
 from src.sandboxes.process import SupervisedSandbox
 from src.sandboxes.settings import CallLimits, SandboxSettings
@@ -178,8 +178,11 @@ def test_nothing_outside_is_readable_or_writable(sandbox: SupervisedSandbox,
     with open_backend(SETTINGS).open({"other.txt": "another episode"}) as other:
         other_files = other.run("ls /workspace").stdout
     assert "other.txt" in other_files
+    # (of the supervisor's folder only its sources are mounted: not the host's compiled
+    # caches beside them)
     paths = [str(PROJECT / "README.md"), str(secret), os.path.expanduser("~/.bashrc"),
-             "/etc/passwd", "/etc/shadow", "/workspace/other.txt"]
+             "/etc/passwd", "/etc/shadow", "/workspace/other.txt",
+             f"{SUPERVISOR_INSIDE}/__pycache__"]
     result = sandbox.run_python(textwrap.dedent(f"""
         import os
         for path in {paths!r}:
@@ -188,7 +191,8 @@ def test_nothing_outside_is_readable_or_writable(sandbox: SupervisedSandbox,
         print("other.txt" in found, "secret.txt" in found)
     """))
     assert result.ok and "True" not in result.stdout, result.stdout
-    writes = sandbox.run("for p in /usr/x /etc/x /x /root/x " + os.path.dirname(sys.executable)
+    writes = sandbox.run(f"for p in /usr/x /etc/x /x /root/x /.sandbox/x {SUPERVISOR_INSIDE}/x "
+                         + os.path.dirname(sys.executable)
                          + "/x; do touch $p 2>/dev/null && echo wrote $p; done; echo done")
     assert writes.stdout == "done\n"
     assert not Path(os.path.dirname(sys.executable), "x").exists()

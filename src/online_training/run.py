@@ -61,11 +61,16 @@ def run_online_training(source: YamlSource, options: RunOptions) -> int:
     return 0
 
 
-def _only_trainable(models: dict[str, LanguageModel]) -> TrainableLanguageModel:
-    trainable = [model for model in models.values() if isinstance(model, TrainableLanguageModel)]
+def _only_trainable(models: dict[str, LanguageModel],
+                    plan: ExperimentPlan) -> TrainableLanguageModel:
+    """The one trainable model the run trains: a distillation teacher (the RL callback's
+    `teacher`) is trainable in kind but frozen, and never the run's checkpoints."""
+    teachers = {callback.parameters.get("teacher") for callback in plan.callbacks.values()}
+    trainable = [model for name, model in models.items()
+                 if isinstance(model, TrainableLanguageModel) and name not in teachers]
     if len(trainable) != 1:
-        raise ConfigError(f"the run has {len(trainable)} trainable language models; "
-                          "evaluate needs exactly one")
+        raise ConfigError(f"the run has {len(trainable)} trainable language models besides "
+                          "a teacher; evaluate needs exactly one")
     return trainable[0]
 
 
@@ -80,7 +85,7 @@ def build_for_evaluation(path: Path, models: dict[str, LanguageModel]) -> Evalua
     stateful = {store: owner for store, owner in ((TASK_STATE, task), (AGENT_STATE, agent))
                 if keeps_state(owner)}
     return EvaluationParts(assignment_evaluator(config.assignment_config, task, agent),
-                           _only_trainable(models), list(models.values()), stateful)
+                           _only_trainable(models, plan), list(models.values()), stateful)
 
 
 PIPELINE = Pipeline(ASSIGNMENT_KEY, run_online_training, build_for_evaluation,

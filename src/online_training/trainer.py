@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from src.configuration.errors import ConfigError
 from src.language_models.language_model import TrainableLanguageModel
 from src.maths.groups import group_statistics, zero_spread
 from src.records.episode import Episode
@@ -24,6 +25,7 @@ from src.records.trajectory import Trajectory
 from src.run.callbacks import BatchContext, EpisodeTrainer, TrainingSchedule
 from src.run.protocol import BestRule
 from src.training.advantages import ADVANTAGE_ESTIMATORS, Reinforce, whiten
+from src.training.distillation import Teacher
 from src.training.kl import kl_penalty
 from src.training.kl_control import KLController
 from src.training.learner import Learner
@@ -33,6 +35,7 @@ from src.training.policy_losses import POLICY_LOSSES, ClipRange
 from src.training.reference_policy import ReferencePolicy
 from src.training.settings import (
     AdvantageSettings,
+    DistillationSettings,
     KLSettings,
     MismatchSettings,
     OptimizerSettings,
@@ -54,8 +57,9 @@ class RLTrainingCallback(EpisodeTrainer):
     """Online RL of the LoRA policy: after each batch, returns (with a KL penalty, if in
     the reward) -> advantages -> `ppo.epochs` passes over mini-batches, one optimiser step
     each. Settings come in groups (`advantage`, `ppo`, `kl`, `reward`, `optimizer`,
-    `mismatch`, `trainer_workers`), each a mapping whose unknown keys are errors. The
-    return is the task's reward times `reward.weight`: outcome rewards are the task's.
+    `mismatch`, `trainer_workers`, `distillation`), each a mapping whose unknown keys are
+    errors. The return is the task's reward times `reward.weight`: outcome rewards are the
+    task's.
     LifelongAgentBench's flat names (`algorithm`, `learning_rate`, ...) are read as these
     groups' keys where a config is read (src.configuration.flat_names).
 
@@ -64,10 +68,21 @@ class RLTrainingCallback(EpisodeTrainer):
     drawn greedily or with `top_p` < 1 (their log-probs are renormalised over the nucleus).
     Episodes whose environment or model failed are left out.
 
+    On-policy distillation (`teacher`: a language model of the run that scores tokens in
+    this process, with the student's tokenizer): the teacher scores the student's sampled
+    rows in the update's micro-batches, and each agent token's advantage is
+    `distillation.weight` x (teacher - student log-prob) plus `distillation.reward_weight`
+    x the task's advantage (src.training.distillation). The teacher is frozen: nothing of
+    it is trained or saved. Not with trainer workers, nor with `zero_std_groups: drop`
+    (a group of equal task returns still has the teacher's signal).
+
     Metrics: `reward`, `reward_std` (the mean of the groups' stds), `frac_reward_zero_std`,
     `advantage_abs_mean`, `completions/mean_length`, `completions/clipped_ratio`, `loss`,
     `grad_norm`, `learning_rate`, `kl`, `kl_coef`, `entropy`, `clip_ratio/*`,
-    `policy_staleness/*`, `mismatch/*`, `policy_version`, `update_skipped`: how many of
+    `policy_staleness/*`, `mismatch/*`, `policy_version`; with a teacher
+    `distillation/reverse_kl` (the mean per agent token of student minus teacher log-prob,
+    an estimate of the reverse KL), `distillation/teacher_logprob` and
+    `distillation/advantage_abs_mean` (per agent token); `update_skipped`: how many of
     the batch's optimiser steps went without a forward and backward (every advantage of
     the mini-batch 0 and nothing else in the loss: `Learner.skips_forward`). Such a step
     still steps the optimiser, on zero gradients, as the scored step would; the figures
@@ -96,6 +111,10 @@ class RLTrainingCallback(EpisodeTrainer):
         optimizer: OptimizerSettings | None = None,
         mismatch: MismatchSettings | None = None,
         trainer_workers: TrainerWorkerSettings | None = None,  # count >= 2: FSDP workers
+        # on-policy distillation: the language model (by name) whose log-probs of the
+        # student's sampled tokens are the advantage (`distillation`); None: plain RL
+        teacher: TrainableLanguageModel | None = None,
+        distillation: DistillationSettings | None = None,  # how its advantage is weighed
         # reward: the batch's training reward; or any figure logged at the step, an
         # evaluation's `selection/success_rate` say: the checkpoint with its highest value,
         # the earliest among equals, is copied to best/ (None: no best/)
@@ -113,6 +132,7 @@ class RLTrainingCallback(EpisodeTrainer):
         self.optimizer_settings = optimizer or OptimizerSettings()
         self.mismatch = mismatch or MismatchSettings()
         workers = trainer_workers or TrainerWorkerSettings()
+        self.teacher = self._teacher(teacher, distillation, workers)
         self.best_metric = best_metric
         self.max_policy_staleness = max_policy_staleness
         self.seed = seed
@@ -135,6 +155,28 @@ class RLTrainingCallback(EpisodeTrainer):
             Learner(language_model, self.optimizer_settings) if workers.count == 1
             else ShardedLearner(language_model, self.optimizer_settings, workers.count,
                                 workers.cpus_per_worker, workers.gpus_per_worker))
+
+    def _teacher(self, model: TrainableLanguageModel | None,
+                 settings: DistillationSettings | None,
+                 workers: TrainerWorkerSettings) -> Teacher | None:
+        """The distillation teacher, its settings checked against the others."""
+        if model is None:
+            if settings is not None:
+                raise ConfigError("distillation settings are given, but no teacher: name "
+                                  "the teacher's language model", key="teacher")
+            return None
+        if model is self.model:
+            raise ConfigError("the teacher is the trained model itself (its reverse KL is 0 "
+                              "at every token): name a second language model", key="teacher")
+        if workers.count >= 2:
+            raise ConfigError(f"a teacher is scored in this process, not in trainer workers: "
+                              f"set trainer_workers.count to 1 (it is {workers.count}) or "
+                              "drop the teacher", key="trainer_workers.count")
+        if self.advantage_settings.zero_std_groups == "drop":
+            raise ConfigError("advantage.zero_std_groups drop leaves out groups whose task "
+                              "returns are equal, but the teacher grades their tokens too: "
+                              "use keep with a teacher", key="advantage.zero_std_groups")
+        return Teacher(model, self.model, settings or DistillationSettings())
 
     @classmethod
     def adapter_only_models(cls, parameters: Mapping[str, object]) -> frozenset[str]:
@@ -220,6 +262,9 @@ class RLTrainingCallback(EpisodeTrainer):
         # the reward differs between members by noise alone.
         no_spread = zero_spread(task_returns, group_ids)
         rows.advantages = self._advantages(returns, group_ids, no_spread)
+        if self.teacher is not None:
+            assert isinstance(self.learner, Learner)  # a teacher refuses trainer workers
+            metrics.update(self.teacher.grade(self.learner, rows, temperature).metrics)
         keep = (~no_spread if self.advantage_settings.zero_std_groups == "drop"
                 else torch.ones(len(episodes), dtype=torch.bool))
         _, group_std, _, _ = group_statistics(task_returns, group_ids)

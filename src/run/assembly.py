@@ -112,12 +112,21 @@ def plan_component(spec: ComponentConfig | NestedComponentConfig,
     parameters = validate_parameters(cls, given, key_path, source,
                                      {"language_model": LanguageModel}, frozenset(nested))
     for name, value in parameters.items():
-        if (_is_language_model_type(fields[name][0]) and value is not None
-                and value not in language_models):
+        if not _is_language_model_type(fields[name][0]) or value is None:
+            continue
+        if value not in language_models:
             raise source.error(
                 f"names language model '{value}', which is not in language_model_list "
                 f"(have: {', '.join(sorted(language_models)) or 'none'})",
                 (*key_path, "parameters", name))
+        wanted = referenced_class(fields[name][0])
+        named = language_models[value].cls
+        if wanted is not None and not issubclass(named, wanted):
+            # a sampler (a rollout pool, a vLLM engine) where a model must score or train
+            # in this process: refused here, before any weights load
+            raise source.error(
+                f"names language model '{value}', a {named.__name__}, but {cls.__name__}'s "
+                f"{name} must be a {wanted.__name__}", (*key_path, "parameters", name))
     if issubclass(cls, Task):
         _check_task_settings(cls, parameters, key_path, source)
     return ComponentPlan(key_path, spec.name or cls.__name__, cls, {**parameters, **nested})

@@ -126,15 +126,17 @@ class Learner:
             int(ratio * total_steps), total_steps, kind or self.settings.lr_schedule))
 
     # ---- micro-batches -------------------------------------------------------------
-    def micro_batches(self, rows: TokenRows, indices: Sequence[int]) -> list[list[int]]:
+    def micro_batches(self, rows: TokenRows, indices: Sequence[int],
+                      model: TrainableLanguageModel | None = None) -> list[list[int]]:
         """`gradient_accumulation_steps` equal parts, each cut further so that its padded
         size (rows x longest row, or for a model that packs shared prefixes, packs x
-        longest pack) stays within `micro_batch_max_tokens`."""
+        longest pack) stays within `micro_batch_max_tokens`. `model`: the one that scores
+        them, where not the learner's (a distillation teacher)."""
         count = max(1, min(self.settings.gradient_accumulation_steps, len(indices)))
         size = math.ceil(len(indices) / count)
         parts = [list(indices[start:start + size]) for start in range(0, len(indices), size)]
         budget = self.token_budget()
-        if self.model.packs_shared_prefixes:
+        if (model or self.model).packs_shared_prefixes:
             sequences = rows.sequences()
             return [micro for part in parts
                     for micro in split_packs_by_token_budget(part, sequences, budget)]
@@ -160,20 +162,27 @@ class Learner:
     # ---- scoring without gradients -------------------------------------------------
     @torch.no_grad()
     def score(self, rows: TokenRows, *, temperature: float = 1.0, with_adapter: bool = True,
-              adapter: Sequence[torch.Tensor] | None = None) -> torch.Tensor:
+              adapter: Sequence[torch.Tensor] | None = None,
+              model: TrainableLanguageModel | None = None) -> torch.Tensor:
         """Per-token log-probs [rows, length] on the CPU (0 where the loss mask is 0, and
         on the rows of micro-batches another shard scores). `adapter`: score with these
         values of the trainable parameters in place of the current ones (the KL
-        reference's starting adapter); the current ones are back afterwards."""
-        rows.check_within(self.model.max_context_tokens)
-        self.model.eval_mode()
+        reference's starting adapter); the current ones are back afterwards. `model`:
+        another model scores the rows (a distillation teacher), in the same micro-batches
+        as the learner's own scoring."""
+        if adapter is not None and model is not None:
+            raise ValueError("an adapter swaps the learner's own weights: not with another model")
+        scorer = model or self.model
+        rows.check_within(scorer.max_context_tokens)
+        scorer.eval_mode()
         scores = torch.zeros_like(rows.batch.loss_mask)
         current = self._swap_trainable(adapter) if adapter is not None else None
         try:
-            for micro, counts in self.shard.passes(self.micro_batches(rows, range(len(rows)))):
+            for micro, counts in self.shard.passes(
+                    self.micro_batches(rows, range(len(rows)), scorer)):
                 part = rows.select(micro)
-                logprobs = self.model.score(part.batch, temperature=temperature,
-                                            with_adapter=with_adapter).logprobs
+                logprobs = scorer.score(part.batch, temperature=temperature,
+                                        with_adapter=with_adapter).logprobs
                 if counts:
                     scores[micro, : logprobs.shape[1]] = logprobs.to(scores.device)
         finally:

@@ -35,6 +35,8 @@ class MiniBatchTotals:
 class PolicyObjective:
     """L = agg(w_t * policy_loss_t) + beta * agg(KL_t) - entropy_coeff * agg(H_t).
 
+    The policy loss takes each token's advantage: its row's plus, where the rows carry
+    one, the token's own term (a distillation teacher's; `TokenRows.per_token_advantages`).
     w_t are the rows' importance weights (1 without a mismatch correction). KL is taken to
     `ref_logprobs` when the rows carry them (and only logged when beta is 0).
     `measure_drift` logs |trainer - sampler| before the first step of a batch.
@@ -43,7 +45,7 @@ class PolicyObjective:
     before it are this very forward's (detached). They are the PPO ratio's "old" and the
     correction's o_t against the sampler's s_t, with no separate scoring pass.
 
-    The loss vanishes, value and gradient, whatever the model scores, when every row's
+    The loss vanishes, value and gradient, whatever the model scores, when every token's
     A is 0 and no other term is there: no entropy bonus, and no KL reference scored
     (then the KL is neither penalised nor measured, and a measured KL feeds the KL
     controller). `vanishes` says so, and the learner then skips the forward.
@@ -62,7 +64,7 @@ class PolicyObjective:
 
     def __call__(self, part: TokenRows, scored: ScoredTokens, totals: MiniBatchTotals,
                  metrics: TokenMetrics) -> torch.Tensor:
-        assert part.old_logprobs is not None and part.advantages is not None
+        assert part.old_logprobs is not None
         logp = scored.logprobs
         device = logp.device  # the rows are built on the CPU; the model may score on a GPU
         mask = part.batch.loss_mask.to(device)
@@ -73,7 +75,7 @@ class PolicyObjective:
             old = logp.detach()
             token_weights = self.old_from_forward.apply(
                 old, part.sampler_logprobs.to(device), mask, metrics)
-        result = self.policy_loss(logp, old, part.advantages[:, None].to(device), mask)
+        result = self.policy_loss(logp, old, part.per_token_advantages().to(device), mask)
         per_token = result.per_token
         if token_weights is not None:
             per_token = per_token * token_weights.to(device)
@@ -100,10 +102,10 @@ class PolicyObjective:
 
     def vanishes(self, rows: TokenRows, indices: Sequence[int]) -> bool:
         """Whether the loss of these rows is 0 with a zero gradient whatever the model
-        scores: every advantage exactly 0 (a NaN is not), no entropy term, no reference."""
-        assert rows.advantages is not None
+        scores: every advantage exactly 0, per-token terms (a teacher's) included (a NaN
+        is not 0), no entropy term, no reference."""
         return (not self.entropy_coeff and rows.ref_logprobs is None
-                and bool((rows.advantages[list(indices)] == 0).all()))
+                and bool((rows.per_token_advantages()[list(indices)] == 0).all()))
 
 
 @dataclass

@@ -168,6 +168,22 @@ class RewardSettings(_Settings):
         return data
 
 
+class DistillationSettings(_Settings):
+    """On-policy distillation (the trainer's `teacher`): each agent token the student
+    sampled gets the advantage weight x (teacher log-prob - student log-prob), the negative
+    of the per-token reverse KL estimate, so the student moves towards what the teacher
+    would have said at that token of its own reply; the task's advantage can be mixed in."""
+
+    # the distillation term's scale: the per-token advantage is -weight x (student log-prob
+    # - teacher log-prob); the student's is the PPO ratio's "old" (sampled), no gradient
+    weight: float = Field(1.0, ge=0.0, allow_inf_nan=False)
+    # the task's advantage (the estimator's, from the returns) times this, added to every
+    # token's: 0 trains on the teacher alone (the task's reward is still logged beside the
+    # reverse KL, to read whether imitating the teacher solves the task); 1 adds the usual
+    # RL signal on top
+    reward_weight: float = Field(0.0, ge=0.0, allow_inf_nan=False)
+
+
 class TrainerWorkerSettings(_Settings):
     """Where the update runs: `count` 1 in this process; 2 or more in that many Ray actors
     that shard the model with FSDP (src.training.sharded_learner)."""

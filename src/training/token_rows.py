@@ -17,7 +17,9 @@ class TokenRows:
     Per row [rows]: `advantages`, `row_weights` (cross-entropy weights). Per token
     [rows, length], aligned with `batch.input_ids`: `old_logprobs` (the PPO ratio's
     denominator), `ref_logprobs` (the KL reference), `sampler_logprobs` (what the
-    sampler recorded), `token_weights` (importance weights, no gradient).
+    sampler recorded), `token_weights` (importance weights, no gradient),
+    `token_advantages` (a per-token term added to the row's advantage: on-policy
+    distillation's, 0 off the loss mask; `per_token_advantages`).
     """
 
     batch: TokenBatch
@@ -27,6 +29,7 @@ class TokenRows:
     ref_logprobs: torch.Tensor | None = None
     sampler_logprobs: torch.Tensor | None = None
     token_weights: torch.Tensor | None = None
+    token_advantages: torch.Tensor | None = None
 
     @classmethod
     def from_sequences(cls, sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[int]],
@@ -54,6 +57,16 @@ class TokenRows:
         """Each row's tokens, without padding."""
         return [ids[:length].tolist() for ids, length
                 in zip(self.batch.input_ids, self.lengths, strict=True)]
+
+    def per_token_advantages(self) -> torch.Tensor:
+        """Each token's advantage: the row's, plus its own term where the rows carry
+        one. [rows, 1] (broadcast over the row) without per-token terms, else [rows,
+        length]; the one place the policy loss and its skip read advantages from."""
+        assert self.advantages is not None
+        advantages = self.advantages[:, None]
+        if self.token_advantages is None:
+            return advantages
+        return advantages + self.token_advantages
 
     def aligned(self, per_row: Sequence[torch.Tensor]) -> torch.Tensor:
         """[rows, length] from one 1-D tensor per row of values at its masked positions."""

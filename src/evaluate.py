@@ -35,6 +35,7 @@ from src.report.run_end import evaluation_line
 from src.run.folder import RunDirectory
 from src.run.pipeline import pipeline_of
 from src.run_experiment import PIPELINES
+from src.runtime.worker_process import prepare_process
 from src.storage.checkpoint_store import BEST, CheckpointStore, check_checkpoint, marked_step
 from src.storage.files import DamagedRunFolder, atomic_write_json, atomic_write_text, read_json
 from src.storage.run_layout import CONFIG_FILE, EVALUATION_PREFIXES, METRICS_LOG, STATE_FILE
@@ -196,6 +197,7 @@ def parse_arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Exit status: 0 done, 2 a config error or a checkpoint the run does not hold."""
     arguments = parse_arguments(argv)
+    prepare_process("evaluate", None)
     changes = {key: value for key, value in (("splits", arguments.splits),
                                              ("max_samples", arguments.max_samples),
                                              ("temperature", arguments.temperature))

@@ -24,7 +24,7 @@ from src.online_training.run import PIPELINE as ONLINE_TRAINING  # noqa: E402
 from src.run.pipeline import pipeline_of, pipelines_by_key  # noqa: E402
 from src.run.start import RunOptions  # noqa: E402
 from src.run.storage_guard import StorageFailure  # noqa: E402
-from src.runtime.threads import set_threads  # noqa: E402
+from src.runtime.worker_process import prepare_process  # noqa: E402
 from src.storage.files import DamagedRunFolder  # noqa: E402
 from src.supervised_training.run import PIPELINE as SUPERVISED_TRAINING  # noqa: E402
 from src.training.learner import NonFiniteUpdate  # noqa: E402
@@ -68,9 +68,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_command(arguments: argparse.Namespace) -> int:
-    """Read the file once, set this process's torch threads (src.runtime.threads: the
-    section's `num_threads`, else the environment's or the host's), then hand the file to
-    the pipeline its top-level key names."""
+    """Read the file once, prepare this process (src.runtime.worker_process: torch threads
+    from the section's `num_threads`, else the environment's or the host's; freed memory
+    kept), then hand the file to the pipeline its top-level key names."""
     try:
         source = YamlSource(arguments.config_path)
         pipeline = pipeline_of(source.data, PIPELINES, str(arguments.config_path))
@@ -81,7 +81,7 @@ def run_command(arguments: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"config error: {error}", file=sys.stderr)
         return 2
-    set_threads(threads, "run")
+    prepare_process("run", threads)
     return pipeline.train(source, RunOptions(arguments.output_dir, arguments.dry_run,
                                              arguments.new_run, not arguments.no_progress))
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from src.runtime.threads import host_cpus
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -45,7 +47,7 @@ def connect_ray(num_cpus: int, address: str | None = None,
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(
             gpu for index, gpu in enumerate(ids) if index not in hidden_gpus)
     try:
-        ray.init(num_cpus=max(os.cpu_count() or 1, num_cpus), runtime_env=runtime_env,
+        ray.init(num_cpus=max(host_cpus().usable, num_cpus), runtime_env=runtime_env,
                  include_dashboard=False, log_to_driver=True)
     finally:  # this process keeps seeing what it saw
         if visible is None:

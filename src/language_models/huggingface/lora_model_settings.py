@@ -32,6 +32,10 @@ def choose_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+# base: a bf16 or fp16 base's adapter products run in its dtype (huggingface/lora_layers);
+# float32: PEFT's own layers, which cast every adapter input to the adapter's float32
+LoRAComputeDtype = Literal["base", "float32"]
+
 Dtype = Literal["auto", "bfloat16_where_native", "float32", "bfloat16", "float16"]
 
 

@@ -14,7 +14,8 @@ from src.language_models.huggingface.custom_masks import takes_custom_masks
 from src.language_models.huggingface.generate_sampler import GenerateSampler
 from src.language_models.huggingface.grouped_attention import GROUPED_SDPA
 from src.language_models.huggingface.kv_cache_sampler import KVCacheSampler
-from src.language_models.huggingface.lora_model_settings import LoRASettings
+from src.language_models.huggingface.lora_layers import with_input_dtype_products
+from src.language_models.huggingface.lora_model_settings import LoRAComputeDtype, LoRASettings
 from src.language_models.huggingface.meta_base import lora_model_on_meta_base
 from src.language_models.huggingface.sampler import Sampler
 from src.language_models.huggingface.static_cache_sampler import StaticCacheSampler
@@ -59,12 +60,14 @@ def build_sampler(name: SamplerName, model_config: Any, attention: str, device: 
 
 def lora_model(path: str, settings: LoRASettings, dtype: torch.dtype, device: torch.device,
                attention: str, gradient_checkpointing: bool,
-               base_weights: BaseWeights) -> PeftModel:
+               base_weights: BaseWeights, compute_dtype: LoRAComputeDtype) -> PeftModel:
     """The base model (or its shape on the meta device) with a fresh LoRA adapter."""
     lora = LoraConfig(
         r=settings.r, lora_alpha=settings.lora_alpha, target_modules=settings.target_modules,
         lora_dropout=settings.lora_dropout, bias=settings.bias, task_type=settings.task_type,
         init_lora_weights=True)  # B = 0: the policy starts exactly at the base model
+    if compute_dtype == "base":
+        lora = with_input_dtype_products(lora)
     if base_weights == "meta":
         model = lora_model_on_meta_base(path, lora, dtype, attention)
     else:

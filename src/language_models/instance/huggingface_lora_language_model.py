@@ -26,6 +26,7 @@ from src.language_models.huggingface.fused_lora_sampler import FusedLoRASampler
 from src.language_models.huggingface.kv_cache_sampler import KVCacheSampler
 from src.language_models.huggingface.lora_model_settings import (
     Dtype,
+    LoRAComputeDtype,
     LoRASettings,
     choose_device,
     choose_dtype,
@@ -121,6 +122,11 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
         attn_implementation: str = "auto",
         # bfloat16: fp32 weights, only the trainer's forward and backward under autocast
         training_autocast: Literal["none", "bfloat16"] = "none",
+        # base: where the base runs in bf16 (or fp16) the adapter's products run in it too,
+        # on the fast units, its float32 weights cast per call and its gradients
+        # accumulated in float32 (huggingface/lora_layers); float32: PEFT's own layers,
+        # which cast every adapter input to float32 (the results of earlier versions)
+        lora_compute_dtype: LoRAComputeDtype = "base",
         # decode from a copy whose LoRA layers that read one input (q/k/v, gate/up) run
         # base weights and adapter down-projections as one stacked product, refreshed when
         # the adapter changes (merging the adapter into bf16 weights would round it away)
@@ -137,6 +143,7 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
     ) -> None:
         self.model_name_or_path = model_name_or_path
         self.training_autocast = training_autocast
+        self.lora_compute_dtype = lora_compute_dtype
         self._gradient_checkpointing = gradient_checkpointing
         self._role_dict = role_dict_with_defaults(role_dict)
         self.lora_settings = lora_config or LoRASettings()
@@ -156,7 +163,8 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
             sampler, AutoConfig.from_pretrained(path), attention, self.device, self.pad_id,
             prefix_caching, model_name_or_path)
         self.model: PeftModel = lora_model(path, self.lora_settings, self.dtype, self.device,
-                                           attention, gradient_checkpointing, base_weights)
+                                           attention, gradient_checkpointing, base_weights,
+                                           lora_compute_dtype)
         if adapter_path is not None:
             self.load_adapter(Path(adapter_path), 0)
         self._max_context = max_context_tokens or int(
@@ -175,7 +183,8 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
         return {"model_name_or_path": trainer.model_name_or_path,
                 "role_dict": trainer.role_dict, "lora_config": trainer.lora_settings,
                 "device": "cuda" if placement.gpus_per_engine else "cpu",
-                "max_context_tokens": trainer.max_context_tokens}
+                "max_context_tokens": trainer.max_context_tokens,
+                "lora_compute_dtype": trainer.lora_compute_dtype}
 
     # ---- LanguageModel -------------------------------------------------------------
     @property
@@ -274,7 +283,8 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
                 "device": device, "max_context_tokens": self.max_context_tokens,
                 "gradient_checkpointing": self._gradient_checkpointing,
                 "prefix_caching": False, "attn_implementation": self._attn_implementation,
-                "training_autocast": self.training_autocast, "fused_sampling": False,
+                "training_autocast": self.training_autocast,
+                "lora_compute_dtype": self.lora_compute_dtype, "fused_sampling": False,
                 "shared_prefix_training": self.shared_prefix_training,
                 "base_weights": "load"}
 

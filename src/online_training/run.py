@@ -21,6 +21,7 @@ from src.run.assembly import (
     plan_experiment,
 )
 from src.run.folder import AGENT_STATE, TASK_STATE
+from src.run.judge_models import reward_term_models
 from src.run.pipeline import EvaluationParts, Pipeline
 from src.run.start import RunOptions, Stopped, start_run
 from src.run.storage_guard import storage_guard
@@ -64,13 +65,15 @@ def run_online_training(source: YamlSource, options: RunOptions) -> int:
 def _only_trainable(models: dict[str, LanguageModel],
                     plan: ExperimentPlan) -> TrainableLanguageModel:
     """The one trainable model the run trains: a distillation teacher (the RL callback's
-    `teacher`) is trainable in kind but frozen, and never the run's checkpoints."""
-    teachers = {callback.parameters.get("teacher") for callback in plan.callbacks.values()}
+    `teacher`) and a judge's model (a reward term's) are trainable in kind but frozen, and
+    never the run's checkpoints."""
+    frozen = {callback.parameters.get("teacher") for callback in plan.callbacks.values()}
+    frozen |= {model for _, model in reward_term_models(plan.task)}
     trainable = [model for name, model in models.items()
-                 if isinstance(model, TrainableLanguageModel) and name not in teachers]
+                 if isinstance(model, TrainableLanguageModel) and name not in frozen]
     if len(trainable) != 1:
         raise ConfigError(f"the run has {len(trainable)} trainable language models besides "
-                          "a teacher; evaluate needs exactly one")
+                          "a teacher and judges; evaluate needs exactly one")
     return trainable[0]
 
 

@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from src.configuration.errors import ConfigError
 from src.language_models.language_model import TrainableLanguageModel
 from src.maths.groups import group_statistics, zero_spread
 from src.records.episode import Episode
@@ -132,7 +131,8 @@ class RLTrainingCallback(EpisodeTrainer):
         self.optimizer_settings = optimizer or OptimizerSettings()
         self.mismatch = mismatch or MismatchSettings()
         workers = trainer_workers or TrainerWorkerSettings()
-        self.teacher = self._teacher(teacher, distillation, workers)
+        self.teacher = Teacher.of(teacher, self.model, distillation, workers.count,
+                                  self.advantage_settings.zero_std_groups)
         self.best_metric = best_metric
         self.max_policy_staleness = max_policy_staleness
         self.seed = seed
@@ -155,28 +155,6 @@ class RLTrainingCallback(EpisodeTrainer):
             Learner(language_model, self.optimizer_settings) if workers.count == 1
             else ShardedLearner(language_model, self.optimizer_settings, workers.count,
                                 workers.cpus_per_worker, workers.gpus_per_worker))
-
-    def _teacher(self, model: TrainableLanguageModel | None,
-                 settings: DistillationSettings | None,
-                 workers: TrainerWorkerSettings) -> Teacher | None:
-        """The distillation teacher, its settings checked against the others."""
-        if model is None:
-            if settings is not None:
-                raise ConfigError("distillation settings are given, but no teacher: name "
-                                  "the teacher's language model", key="teacher")
-            return None
-        if model is self.model:
-            raise ConfigError("the teacher is the trained model itself (its reverse KL is 0 "
-                              "at every token): name a second language model", key="teacher")
-        if workers.count >= 2:
-            raise ConfigError(f"a teacher is scored in this process, not in trainer workers: "
-                              f"set trainer_workers.count to 1 (it is {workers.count}) or "
-                              "drop the teacher", key="trainer_workers.count")
-        if self.advantage_settings.zero_std_groups == "drop":
-            raise ConfigError("advantage.zero_std_groups drop leaves out groups whose task "
-                              "returns are equal, but the teacher grades their tokens too: "
-                              "use keep with a teacher", key="advantage.zero_std_groups")
-        return Teacher(model, self.model, settings or DistillationSettings())
 
     @classmethod
     def adapter_only_models(cls, parameters: Mapping[str, object]) -> frozenset[str]:

@@ -5,6 +5,11 @@ Planning also decides which weights this process loads: a trained policy that ev
 component naming it uses only for its adapter (the agent samples from a rollout pool, the
 RL callback's trainer workers score and update) is built without its base weights
 (`base_weights: meta`, see `_choose_base_weights`).
+
+A reward term in a component's parameters (a judge's settings: `RewardTerm`,
+src/tasks/rubric.py) may name language models too: each must be listed and the term's
+alone, and the term is given the live models when the component is built
+(src.run.judge_models).
 """
 
 from __future__ import annotations
@@ -36,20 +41,15 @@ from src.configuration.flat_names import translate_flat_names
 from src.configuration.yaml_source import YamlSource
 from src.language_models.language_model import BASE_WEIGHTS, LanguageModel, NamesModels
 from src.run.callbacks import Callback, EpisodeTrainer
+from src.run.component_plan import ComponentPlan
+from src.run.judge_models import (
+    check_reward_term_models,
+    unlisted_model,
+    with_language_models,
+)
 from src.runtime.reproducibility import prepare_model_building
 from src.storage.state import Stateful
 from src.tasks.task import Task, TaskSettingError
-
-
-@dataclass(frozen=True)
-class ComponentPlan:
-    key_path: tuple[str | int, ...]
-    name: str
-    cls: type
-    parameters: dict[str, Any]
-
-    def describe(self) -> str:
-        return f"{'.'.join(map(str, self.key_path))}: {self.cls.__module__}.{self.cls.__qualname__}"
 
 
 @dataclass(frozen=True)
@@ -115,10 +115,8 @@ def plan_component(spec: ComponentConfig | NestedComponentConfig,
         if not _is_language_model_type(fields[name][0]) or value is None:
             continue
         if value not in language_models:
-            raise source.error(
-                f"names language model '{value}', which is not in language_model_list "
-                f"(have: {', '.join(sorted(language_models)) or 'none'})",
-                (*key_path, "parameters", name))
+            raise unlisted_model(source, value, language_models,
+                                  (*key_path, "parameters", name))
         wanted = referenced_class(fields[name][0])
         named = language_models[value].cls
         if wanted is not None and not issubclass(named, wanted):
@@ -196,6 +194,7 @@ def plan_experiment(config: ExperimentConfig, source: YamlSource) -> ExperimentP
                                                source, Callback, language_models)
                    for callback_id, spec in assignment.callback_dict.items()},
     )
+    _check_reward_term_models(plan)
     explicit = {spec.name for spec in assignment.language_model_list
                 if BASE_WEIGHTS in spec.parameters}
     plan = replace(plan, language_models=_choose_base_weights(plan, explicit))
@@ -223,6 +222,19 @@ def check_selection_split(task_plan: ComponentPlan, source: YamlSource,
             f"names 'selection', but the task {task.__class__.__name__} draws no selection "
             "samples as configured (DB-bench's procedural source draws them: set its "
             "num_selection)", splits_key)
+
+
+def _check_reward_term_models(plan: ExperimentPlan) -> None:
+    """A model that a reward term names is listed and that term's alone
+    (src.run.judge_models)."""
+    components = (plan.task, plan.agent, *plan.language_models.values(),
+                  *plan.callbacks.values())
+    used_by: dict[str, str] = {}  # model -> the first place that names it otherwise
+    for component in components:
+        for user, parameter, model in _language_model_uses(component):
+            used_by.setdefault(model, ".".join(map(str, (*user.key_path, "parameters",
+                                                         parameter))))
+    check_reward_term_models(components, used_by, plan.language_models, plan.source)
 
 
 def _choose_base_weights(plan: ExperimentPlan, explicit: set[str]) -> dict[str, ComponentPlan]:
@@ -344,7 +356,7 @@ def instantiate(component: ComponentPlan, language_models: dict[str, LanguageMod
         elif _is_language_model_type(fields[name][0]):
             arguments[name] = None if value is None else language_models[value]
         else:
-            arguments[name] = value
+            arguments[name] = with_language_models(value, language_models)
     return component.cls(**arguments)
 
 

@@ -44,6 +44,8 @@ is called in the calling process instead, outside the worker and its bound: trus
 that needs what the worker lacks (the network, a model too large to load twice), such as
 a judge model behind an HTTP server or a reward model (src/tasks/model_rewards/). It
 bounds its own time, and never evaluates the reply. Its failures are scored as above.
+One that holds something to release (a reward model's Ray actor) has a `close()`, which
+the rubric's `close` calls; the task that built the rubric closes it with itself.
 
 A `DetailedReward` may also carry `texts`, short strings kept in the episode's info under
 `reward_function_texts` -> `<name>` (a judge's prompt and verdict), which the run page
@@ -62,9 +64,9 @@ import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
 
 from src.configuration.components import import_dotted
 from src.records.episode import Sample
@@ -74,6 +76,9 @@ from src.sandboxes.bounded_call import (
     BoundExceeded,
     ScorerUnavailable,
 )
+
+if TYPE_CHECKING:  # not imported: the scoring worker imports this module, and no torch
+    from src.language_models.language_model import LanguageModel
 
 logger = logging.getLogger(__name__)
 
@@ -212,6 +217,13 @@ class Rubric:
         `answer` where one is asked for)."""
         return frozenset().union(*(entry.arguments for entry in self._entries))
 
+    def close(self) -> None:
+        """Release what the functions hold: each one's `close()`, where it has one."""
+        for entry in self._entries:
+            close = getattr(entry.call.function, "close", None)
+            if callable(close):
+                close()
+
     def score(self, reply: str, sample: Sample, prompt: str) -> RubricScore:
         """Every function on `reply` to `sample`, asked as `prompt`. Raises for what a
         function does only without `catch_errors`: see the module docstring."""
@@ -284,13 +296,21 @@ class RewardTerm(BaseModel):
     called with `parameters` where they are given (a class, such as a judge, that builds
     the reward function), and its weight in the rubric. The path is imported, and the
     parameters checked against the class's `settings_model` (a pydantic model) where it
-    has one, when the term is read: a config's dry run finds their mistakes."""
+    has one, when the term is read: a config's dry run finds their mistakes.
+
+    Settings may name language models of the run (a judge's `language_model`): the class
+    says which by a classmethod `language_model_names(parameters)` (the setting naming
+    each -> its name). A run checks the names against its `language_model_list` and gives
+    the term the live models (`with_language_models`, src/run/assembly.py); the class is
+    then built with `language_models={name: model}` beside its parameters."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     function: str  # a dotted path: a reward function, or what builds one from `parameters`
     weight: float = 1.0
     parameters: dict[str, Any] | None = None  # None: `function` is the reward function
+    # the live language models its settings name, by name (`with_language_models`)
+    _language_models: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def check_function(self) -> RewardTerm:
@@ -303,9 +323,31 @@ class RewardTerm(BaseModel):
             settings_model.model_validate(self.parameters)
         return self
 
+    def language_model_names(self) -> dict[str, str]:
+        """The run's language models that the settings name, by the setting naming each."""
+        names = getattr(import_dotted(self.function), "language_model_names", None)
+        return {} if names is None or self.parameters is None else dict(names(self.parameters))
+
+    def with_language_models(self, models: Mapping[str, LanguageModel]) -> RewardTerm:
+        """This term, to be built with `models` (the run's, by name)."""
+        term = self.model_copy()
+        term._language_models = dict(models)
+        return term
+
     def build(self) -> RewardFunction:
         target = import_dotted(self.function)
-        return target if self.parameters is None else target(**self.parameters)
+        if self.parameters is None:
+            return target
+        named = set(self.language_model_names().values())
+        if not named:
+            return target(**self.parameters)
+        missing = sorted(named - set(self._language_models))
+        if missing:
+            raise ValueError(f"reward function {self.function} names language models "
+                             f"{missing}, which it was not given (a run gives those of its "
+                             "language_model_list; in Python, `with_language_models`)")
+        return target(**self.parameters,
+                      language_models={name: self._language_models[name] for name in named})
 
 
 def _name_of(function: Any) -> str:

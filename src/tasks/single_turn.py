@@ -121,6 +121,9 @@ class SingleTurnTask(Task["SingleTurnEpisode"]):
         correct = reward >= self.threshold - _THRESHOLD_TOLERANCE
         return Outcome.CORRECT if correct else Outcome.INCORRECT
 
+    def close(self) -> None:
+        self.rubric.close()  # a reward model's Ray actor stops with the run's task
+
 
 class SingleTurnEpisode(EpisodeEnv[SingleTurnTask]):
     """One prompt, one reply scored by the family's rubric; the episode then ends."""

@@ -71,6 +71,30 @@ class Teacher:
         self.model = model
         self.settings = settings
 
+    @classmethod
+    def of(cls, model: TrainableLanguageModel | None, student: TrainableLanguageModel,
+           settings: DistillationSettings | None, trainer_workers: int,
+           zero_std_groups: str) -> Teacher | None:
+        """The RL trainer's teacher (None without one), its settings checked against the
+        trainer's: ConfigError naming the setting that cannot work with it."""
+        if model is None:
+            if settings is not None:
+                raise ConfigError("distillation settings are given, but no teacher: name "
+                                  "the teacher's language model", key="teacher")
+            return None
+        if model is student:
+            raise ConfigError("the teacher is the trained model itself (its reverse KL is 0 "
+                              "at every token): name a second language model", key="teacher")
+        if trainer_workers >= 2:
+            raise ConfigError(f"a teacher is scored in this process, not in trainer workers: "
+                              f"set trainer_workers.count to 1 (it is {trainer_workers}) or "
+                              "drop the teacher", key="trainer_workers.count")
+        if zero_std_groups == "drop":
+            raise ConfigError("advantage.zero_std_groups drop leaves out groups whose task "
+                              "returns are equal, but the teacher grades their tokens too: "
+                              "use keep with a teacher", key="advantage.zero_std_groups")
+        return cls(model, student, settings or DistillationSettings())
+
     def grade(self, learner: Learner, rows: TokenRows, temperature: float) -> Graded:
         """Score the rows with the teacher, in the learner's micro-batches, and set their
         advantages: the task's (`rows.advantages`) times reward_weight, and on the loss

@@ -24,6 +24,7 @@ from src.records.episode import Sample
 from src.run_experiment import main
 from src.tasks.model_rewards.judge import Judge, JudgeError
 from src.tasks.rubric import ERRORS_KEY, TEXTS_KEY, Rubric
+from tests.tasks.model_rewards.capitals_config import capitals_config
 
 pytest.importorskip("openai", reason="the judge's client: pip install -e '.[openai]'")
 
@@ -263,37 +264,6 @@ def test_settings_that_cannot_work_are_refused_when_built(
         graded("Paris", "asked", SAMPLE.data, SAMPLE.sample_id)
 
 
-CONFIG = """\
-assignment_config:
-  output_dir: {output}
-  rollout: {{batch_size: 3, group_size: 2, num_epochs: 1}}
-  evaluation: {{at_end: true}}
-  task:
-    name: judged_capitals
-    module: src.tasks.single_turn.SingleTurnTask
-    parameters:
-      samples:
-        train: [{{question: France, answer: Paris}}, {{question: Japan, answer: Tokyo}},
-                {{question: Chad, answer: NDjamena}}]
-        validation: [{{question: Peru, answer: Lima}}]
-      prompt: "What is the capital of {{question}}?"
-      threshold: 1.5
-      oracle: tests.tasks.test_single_turn.answer_of
-      rubric:
-        - {{function: tests.tasks.test_single_turn.exact, weight: 1.0}}
-        - function: src.tasks.model_rewards.judge.Judge
-          weight: 0.5
-          parameters:
-            name: helpful
-            base_url: {base_url}
-            model: judge-7b
-            template: "{template}"
-            score_range: [0, 10]
-            backoff_s: 0.01
-  agent: {{name: oracle_agent}}
-"""
-
-
 def test_a_single_turn_task_judged_from_a_config_runs_to_its_end(
         tmp_path: Path, serve: Callable[..., JudgeServer], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -301,8 +271,10 @@ def test_a_single_turn_task_judged_from_a_config_runs_to_its_end(
     server = serve(by=lambda request: "no idea" if "Chad" in json.dumps(request)
                    else "Score: 10")
     config = tmp_path / "config.yaml"
-    config.write_text(CONFIG.format(output=tmp_path / "run", base_url=server.base_url,
-                                    template=TEMPLATE.replace("\n", "\\n")))
+    judge_settings = {"base_url": server.base_url, "model": "judge-7b",
+                      "template": '"' + TEMPLATE.replace("\n", "\\n") + '"',
+                      "score_range": "[0, 10]", "backoff_s": "0.01"}
+    config.write_text(capitals_config(tmp_path / "run", 3, 3, judge_settings))
     assert main(["--config_path", str(config), "--no_progress"]) == 0
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     [rollout] = [row for row in rows if "rollout/helpful" in row]
@@ -324,8 +296,7 @@ def test_a_single_turn_task_judged_from_a_config_runs_to_its_end(
     # a group's identical replies are judged once: 3 train samples and 1 validation one
     assert len(server.requests) == 4
     # a mistaken judge setting is found by the dry run, before anything runs
-    config.write_text(CONFIG.format(output=tmp_path / "refused", base_url=server.base_url,
-                                    template=TEMPLATE.replace("\n", "\\n"))
+    config.write_text(capitals_config(tmp_path / "refused", 3, 3, judge_settings)
                       .replace("backoff_s:", "backof_s:"))
     assert main(["--config_path", str(config), "--dry_run"]) == 2
     assert "backof_s: Extra inputs are not permitted" in capsys.readouterr().err

@@ -19,6 +19,7 @@ from src.tasks.instance.math_problems.problems import (
     procedural_sample,
 )
 from src.tasks.instance.math_problems.rewards import (
+    ALWAYS_REPORTED,
     GROUP_REWARDS,
     TEXT_REWARDS,
     CosineScaling,
@@ -32,6 +33,7 @@ from src.tasks.instance.math_problems.verl_reward import (
     CustomReward,
     CustomRewardFunction,
 )
+from src.tasks.rubric import RewardTerm, Rubric
 from src.tasks.task import (
     EpisodeEnv,
     EpisodeScore,
@@ -53,7 +55,9 @@ class MathProblemsTask(Task["MathEpisode"]):
     default): `accuracy`, `boxed_number` (a numeric boxed answer, right or wrong),
     `boxed_answer` (any non-empty one), `format2` (Fast-Math-R1: boxed before
     `</think>`), `cosine` (length-scaled correctness), `length` (Kimi 1.5, within each
-    group) and `custom`. Evaluation logs `eval/accuracy`, `eval/boxed_answer` (the format
+    group) and `custom`, plus the `reward_terms` (a judge: its verdict trains, while
+    `accuracy` is still reported and decides the outcome, so that a judged run is measured
+    by the verifier). Evaluation logs `eval/accuracy`, `eval/boxed_answer` (the format
     rate) and `eval/completions/mean_length`."""
 
     def __init__(
@@ -86,6 +90,11 @@ class MathProblemsTask(Task["MathEpisode"]):
         # unchanged: its float, or its dict's `score`, is the `custom` reward (weight 1
         # unless given); other numeric keys are logged as `custom/<key>`
         custom_reward_function: CustomRewardFunction | None = None,
+        # reward functions with settings (a judge of the reply, a reward model:
+        # src/tasks/model_rewards/), each added at its term's weight; a reply they fail
+        # on (a judge that is down or unreadable) scores that function 0 with
+        # `<name>/error` 1 and goes on. `accuracy` (the verifier) still decides the outcome
+        reward_terms: list[RewardTerm] | None = None,
     ) -> None:
         super().__init__(max_round=max_round)
         self.source = source
@@ -112,6 +121,15 @@ class MathProblemsTask(Task["MathEpisode"]):
             raise ValueError(f"reward_weights: unknown reward functions {sorted(unknown)}; "
                              f"available: {sorted(available)}")
         self.rubric = text_rubric(self.reward_weights, custom)
+        terms = [RewardTerm.model_validate(term) for term in reward_terms or ()]
+        # their own rubric: failures are the reply's, recorded, where the task's raise
+        self.model_rubric = (Rubric([term.build() for term in terms],
+                                    [term.weight for term in terms]) if terms else None)
+        clashing = sorted(set(self.model_rubric.names if self.model_rubric else ())
+                          & (available | set(ALWAYS_REPORTED)))
+        if clashing:
+            raise ValueError(f"reward_terms: {clashing} are the task's own reward names; "
+                             "give the functions other names")
         # runs.jsonl lists one reply's rewards by name, `custom` (and its details) last,
         # whatever order the weighted sum adds them in
         self.reported_rewards = tuple(sorted(self.rubric.names,
@@ -146,6 +164,10 @@ class MathProblemsTask(Task["MathEpisode"]):
 
     def new_episode(self) -> MathEpisode:
         return MathEpisode(self)
+
+    def close(self) -> None:
+        if self.model_rubric is not None:
+            self.model_rubric.close()
 
     # ---- rewards -------------------------------------------------------------------
     def _score_group(self, episodes: Sequence[Episode]) -> list[EpisodeScore]:
@@ -195,11 +217,17 @@ class MathEpisode(EpisodeEnv[MathProblemsTask]):
         correct = scored.values["accuracy"] > 0
         metrics = {name: scored.values[name] for name in family.reported_rewards}
         metrics |= scored.details
+        reward, info = scored.score, {}
+        if family.model_rubric is not None:
+            judged = family.model_rubric.score(action, self.sample, self._prompt)
+            reward += judged.score
+            metrics |= judged.metrics()
+            info = judged.info()
         if not correct and self.round_index < family.max_round:
-            return StepOutcome(observation=family.retry_message, metrics=metrics)
-        return StepOutcome(observation="", reward=scored.score, terminated=True,
+            return StepOutcome(observation=family.retry_message, metrics=metrics, info=info)
+        return StepOutcome(observation="", reward=reward, terminated=True,
                            outcome=Outcome.CORRECT if correct else Outcome.INCORRECT,
-                           metrics=metrics)
+                           metrics=metrics, info=info)
 
     def _oracle_reply(self) -> str:
         assert self.sample is not None

@@ -65,7 +65,9 @@ assignment_config:
 
 
 def jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    # split at newlines only: a reply may hold U+2028, which str.splitlines also splits at
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n")
+            if line.strip()]
 
 
 def main() -> None:

@@ -1,12 +1,12 @@
 """Peak RSS of GRPO steps (rollout + update) on the embedded model, each update's time and
-page faults (minor: fresh pages the allocator asked the kernel for) and, with --profile,
-where the last update's time goes (torch.profiler's self time of its operators, in the
+page faults (minor: fresh pages the allocator asked the kernel for) and, with --profile
+(steps 1 on profiled, not timed), where the last scored update's time goes (torch.profiler's self time of its operators, in the
 groups of `SHARE_GROUPS`, as shares of the update's wall time).
 
 python bench/grpo_step_memory.py [--prompts 4] [--samples 4] [--new_tokens 128]
     [--micro_batch_max_tokens 512 | 0 for one micro-batch] [--gradient_checkpointing]
     [--dtype float32|bfloat16|bfloat16_where_native] [--lora_compute_dtype base|float32]
-    [--steps 2] [--release_freed_memory] [--profile]
+    [--steps 2] [--release_freed_memory] [--kl_coef 0.01] [--quickstart_task] [--profile]
 """
 
 from __future__ import annotations
@@ -73,20 +73,22 @@ def share_group(name: str, shapes: list, rank: int) -> str:
     return SHARE_GROUPS[5]
 
 
-def profiled_shares(update: Callable[[], object], rank: int) -> tuple[float, dict[str, float]]:
-    """Run `update` under torch.profiler: its wall seconds and each group's share of them."""
+def profiled_shares(update: Callable[[], dict[str, float]], rank: int
+                    ) -> tuple[float, dict[str, float], dict[str, float]]:
+    """Run `update` under torch.profiler: its wall seconds, each group's share of them and
+    its metrics."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
         start = time.perf_counter()
-        update()
+        metrics = update()
         seconds = time.perf_counter() - start
     totals = dict.fromkeys(SHARE_GROUPS, 0.0)
     for event in profiler.key_averages(group_by_input_shape=True):
         group = share_group(event.key, event.input_shapes or [], rank)
         totals[group] += event.self_cpu_time_total / 1e6
     totals[SHARE_GROUPS[-1]] = seconds - sum(totals.values())
-    return seconds, {group: value / seconds for group, value in totals.items()}
+    return seconds, {group: value / seconds for group, value in totals.items()}, metrics
 
 
 def main() -> None:
@@ -105,6 +107,8 @@ def main() -> None:
                         help="leave glibc's defaults (freed memory handed back)")
     parser.add_argument("--kl_coef", type=float, default=0.01,
                         help="0: no reference scoring pass (the quickstart's setting)")
+    parser.add_argument("--quickstart_task", action="store_true",
+                        help="the quickstart's problems (level 1, a worked example)")
     parser.add_argument("--profile", action="store_true",
                         help="profile the last update and print where its time goes")
     arguments = parser.parse_args()
@@ -126,9 +130,13 @@ def main() -> None:
             old_logprobs="trainer", correction="tis"))
     callback.prepare(TrainingSchedule(arguments.steps, arguments.prompts * arguments.samples))
     print(f"after loading: peak RSS {peak_rss_gib():.2f} GiB")
-    task = MathProblemsTask(levels=[4], worked_example=False,
-                            instruction="Explain your reasoning step by step in detail.")
+    # level 4 with long replies: the memory case; level 1 with a worked example: the
+    # quickstart's task, whose groups' rewards differ (equal ones leave nothing to learn)
+    task = (MathProblemsTask(levels=[1], worked_example=True) if arguments.quickstart_task
+            else MathProblemsTask(levels=[4], worked_example=False,
+                                  instruction="Explain your reasoning step by step in detail."))
     steps = []  # (rollout seconds, update seconds, update's page faults, metrics) a step
+    shares: dict[str, float] = {}
     for step in range(arguments.steps):
         episodes = []
         for index in range(arguments.prompts * arguments.samples):
@@ -147,9 +155,11 @@ def main() -> None:
         rollout = time.perf_counter() - start
         rollout_peak = peak_rss_gib()
         context = BatchContext(step, episodes, arguments.samples)
-        if arguments.profile and step == arguments.steps - 1:
-            rank = model.lora_settings.r
-            _, shares = profiled_shares(partial(callback.train, context), rank)
+        if arguments.profile and step > 0:  # after a first update that warms up
+            _, step_shares, metrics = profiled_shares(partial(callback.train, context),
+                                                      model.lora_settings.r)
+            if "loss" in metrics:  # a skipped update (nothing to learn) is no profile
+                shares = step_shares
             continue
         start, faults = time.perf_counter(), page_faults()
         metrics = callback.train(context)
@@ -168,8 +178,9 @@ def main() -> None:
               f"{metrics.get('loss', float('nan')):.4f}, page faults in the update {faults} "
               f"({faults * resource.getpagesize() / 2**30:.2f} GiB of fresh pages)")
     print(f"peak RSS of the GRPO step: {peak_rss_gib():.2f} GiB")
-    if arguments.profile:
-        print("the last update under torch.profiler, shares of its wall time:")
+    if arguments.profile and shares:
+        print("the last update that was not skipped (steps 1 on, under torch.profiler), "
+              "shares of its wall time:")
         for group, share in shares.items():
             print(f"  {share:6.1%}  {group}")
 

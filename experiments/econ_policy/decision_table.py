@@ -153,7 +153,7 @@ def decision_table(output_dir: Path, every: bool = False, against_rule: bool = F
     lines = [f"| | {' | '.join(columns)} |", "|---" * (len(columns) + 1) + "|"]
     splits: list[str] = []
     for label, path in rows:
-        episodes = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        episodes = [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
         stats = decision_statistics(episodes)
         if task is not None:
             pairs = decisions_beside_rule(episodes, task)

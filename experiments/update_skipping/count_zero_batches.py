@@ -23,7 +23,7 @@ def zero_batches(run: Path) -> tuple[int, list[int]]:
     """The run's batch count and the indices of its batches whose groups all have one
     reward each."""
     rewards: dict[int, dict[str, set[float]]] = defaultdict(lambda: defaultdict(set))
-    for line in (run / "runs.jsonl").read_text().splitlines():
+    for line in jsonl_lines(run / "runs.jsonl"):
         record = json.loads(line)
         if not EpisodeStatus(record["status"]).failed and record["completion_tokens"]:
             rewards[record["batch_index"]][record["sample_id"]].add(record["reward"])
@@ -32,10 +32,16 @@ def zero_batches(run: Path) -> tuple[int, list[int]]:
     return len(rewards), flat
 
 
+def jsonl_lines(path: Path) -> list[str]:
+    """The file's lines, split at newlines only (a reply may hold U+2028, at which
+    str.splitlines also splits)."""
+    return [line for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+
+
 def logged_skips(run: Path) -> list[int] | None:
     """The batches (0-based) whose trainer logged `update_skipped` > 0; None if it never
     logged the figure."""
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in jsonl_lines(run / "metrics.jsonl")]
     if not any("update_skipped" in row for row in rows):
         return None
     return [row["step"] - 1 for row in rows if row.get("update_skipped", 0) > 0]

@@ -4,7 +4,6 @@ or several runs' curves side by side."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import matplotlib
@@ -12,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from src.storage.files import read_numbered_json_lines  # noqa: E402
 from src.storage.run_layout import METRICS_LOG  # noqa: E402
 
 CURVES = [
@@ -34,7 +34,7 @@ def load_metrics(output_dir: Path) -> list[dict[str, float]]:
     path = output_dir / METRICS_LOG
     if not path.is_file():
         raise FileNotFoundError(f"no {METRICS_LOG} in {output_dir}")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [row for _, row in read_numbered_json_lines(path)]
 
 
 def _draw(path: Path, title: str, series: dict[str, list[tuple[float, float]]],

@@ -3,7 +3,8 @@
 This class owns the weights and the adapter; it is the policy the RL callback trains
 (`TrainableLanguageModel`) and an engine a rollout pool builds (`InferenceEngine`). Its
 internals are in src/language_models/huggingface/: the parts it is built from
-(policy_parts: attention, sampler, the PEFT model; meta_base for `base_weights: meta`),
+(policy_parts: attention, sampler, the PEFT model, whose LoRA layers run their products in
+a bf16 base's dtype (lora_layers); meta_base for `base_weights: meta`),
 its `Sampler` (chosen by `sampler`) run on a copy of the model whose LoRA layers run one
 fused product per input (fused_lora_sampler), and scoring (token_scoring), where
 training scores the rows of a group as one packed sequence with their shared prompt

@@ -53,7 +53,7 @@ class RayActorSettings(BaseModel):
     # pool joins or starts it first); None: start a local one
     ray_address: str | None = None
     # how long the first of requests arriving together waits for the others, which then
-    # go to the actor as one call (or less, once `batch_size` inputs wait)
+    # go to the actor as one call (or less, once `batch_size` requests wait)
     batch_wait_s: NonNegativeFloat = 0.005
     request_timeout_s: PositiveFloat = 60.0  # one call to the actor
     # added to a new actor's first call (the load); with request_timeout_s, under the

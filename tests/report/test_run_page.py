@@ -94,7 +94,9 @@ def open_page(driver: Any, page: Path) -> None:
 
 
 def records(path: Path) -> list[EpisodeRecord]:
-    return [EpisodeRecord.model_validate_json(line) for line in path.read_text().splitlines()]
+    # split at newlines only: a reply may hold U+2028, where str.splitlines splits too
+    return [EpisodeRecord.model_validate_json(line)
+            for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
 
 
 def shown_chat(row_detail: Any) -> list[str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+REPEATS = 20
 
 # 50 MB: a scoring chunk's fp32 logits for SmolLM2's vocabulary, over glibc's default
 # mmap threshold
@@ -24,14 +25,15 @@ def faults():
 for _ in range(5):  # the first few take fresh pages either way, as the heap settles
     torch.ones(256, 49152).sum()
 before = faults()
-for _ in range(10):
+for _ in range({repeats}):
     torch.ones(256, 49152).sum()
 print(kept, faults() - before)
 """
 
 
 def _faults(mode: str) -> tuple[bool, int]:
-    result = subprocess.run([sys.executable, "-c", CHILD.format(root=str(PROJECT_ROOT)), mode],
+    child = CHILD.format(root=str(PROJECT_ROOT), repeats=REPEATS)
+    result = subprocess.run([sys.executable, "-c", child, mode],
                             capture_output=True, text=True, timeout=120, check=True)
     kept, faults = result.stdout.split()
     return kept == "True", int(faults)
@@ -43,5 +45,7 @@ def test_a_freed_tensor_is_reused_instead_of_faulted_in_again() -> None:
     kept, faults_kept = _faults("keep")
     _, faults_default = _faults("default")
     assert kept
-    assert faults_default > 5 * pages_of_one  # each of the 10 faults its pages in anew
-    assert faults_kept < pages_of_one  # reused: at most a few pages a time
+    # released, each of the 20 faults its pages in anew; kept, the heap still moves now and
+    # then while small allocations settle between the large ones (seen: 0 to 3 of the 20)
+    assert faults_default > 0.9 * REPEATS * pages_of_one
+    assert faults_kept < 0.3 * REPEATS * pages_of_one

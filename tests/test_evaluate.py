@@ -100,7 +100,7 @@ def test_a_checkpoint_evaluated_again_gives_the_runs_own_file(
     assert evaluate_main([str(rl_run), "--checkpoint", checkpoint,
                           "--target_dir", str(tmp_path / "out")]) == 0
     assert evaluation(tmp_path / "out", step) == evaluation(rl_run, step)
-    episodes = [json.loads(line) for line in evaluation(rl_run, step).splitlines()]
+    episodes = [json.loads(line) for line in evaluation(rl_run, step).split("\n") if line.strip()]
     assert {episode["policy_version"] for episode in episodes} == {step}
     [row] = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").open()]
     [logged] = [json.loads(line) for line in (rl_run / "metrics.jsonl").open()
@@ -118,8 +118,8 @@ def test_changed_task_parameters_evaluate_other_samples(rl_run: Path, tmp_path: 
     assert evaluate_main([str(rl_run), "--checkpoint", "latest", "--task", "seed=7",
                           "--task", "num_validation=6", "--max_samples", "6",
                           "--target_dir", str(tmp_path / "out")]) == 0
-    episodes = [json.loads(line) for line in evaluation(tmp_path / "out", 3).splitlines()]
-    original = [json.loads(line) for line in evaluation(rl_run, 3).splitlines()]
+    episodes = [json.loads(line) for line in evaluation(tmp_path / "out", 3).split("\n") if line.strip()]
+    original = [json.loads(line) for line in evaluation(rl_run, 3).split("\n") if line.strip()]
     assert len(episodes) == 6
     assert [e["chat"][0] for e in episodes[:4]] != [e["chat"][0] for e in original]
     config = (tmp_path / "out" / "config.yaml").read_text()

@@ -122,7 +122,7 @@ def test_overlapped_run_is_one_update_stale_and_resumes_without_loss_or_repeat(
     run_in_new_process(config)
     assert json.loads(state_file.read_text())["finished"]
 
-    rows = [json.loads(line) for line in (output / "runs.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (output / "runs.jsonl").read_text().split("\n") if line.strip()]
     # nothing lost, nothing trained twice: every (batch, sample, group) once
     counts = Counter((row["batch_index"], row["sample_id"], row["group_index"]) for row in rows)
     assert len(counts) == 8 * 2 * 2 and set(counts.values()) == {1}
@@ -134,7 +134,7 @@ def test_overlapped_run_is_one_update_stale_and_resumes_without_loss_or_repeat(
     for batch in range(8):
         expected = batch if batch in (0, killed_at) else batch - 1
         assert version[batch] == {expected}, (batch, killed_at, version)
-    steps = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
+    steps = [json.loads(line) for line in (output / "metrics.jsonl").read_text().split("\n") if line.strip()]
     trained = [row for row in steps if "policy_version" in row]
     assert [row["step"] for row in trained] == list(range(1, 9))
     assert [row["policy_version"] for row in trained] == list(range(1, 9))

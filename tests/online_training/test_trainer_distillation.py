@@ -167,7 +167,7 @@ def final_adapter(run: Path) -> dict[str, torch.Tensor]:
 
 def trained_metrics(run: Path) -> list[dict[str, float]]:
     """Each batch's training figures (not its timings, nor the evaluation's)."""
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().split("\n") if line.strip()]
     return [{key: value for key, value in row.items() if not key.startswith("time/")}
             for row in rows if REVERSE_KL in row]
 

@@ -46,7 +46,7 @@ def test_sigkill_mid_batch_then_rerun_logs_every_episode_once(tmp_path: Path) ->
     assert not state["finished"], "the run ended before it could be killed; slow it down"
 
     run_in_new_process(config)
-    rows = [json.loads(line) for line in runs.read_text().splitlines()]
+    rows = [json.loads(line) for line in runs.read_text().split("\n") if line.strip()]
     counts = Counter((row["sample_id"], row["group_index"]) for row in rows)
     assert len(counts) == 24 * 2
     assert set(counts.values()) == {1}

@@ -108,11 +108,11 @@ def run(tmp_path: Path, rate: float) -> tuple[subprocess.CompletedProcess[str], 
 def test_failed_episodes_are_logged_and_counted_and_the_run_goes_on(tmp_path: Path) -> None:
     result, output = run(tmp_path, 0.25)
     assert result.returncode == 0, result.stderr
-    records = [json.loads(line) for line in (output / "runs.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (output / "runs.jsonl").read_text().split("\n") if line.strip()]
     failed = [r for r in records if r["status"] == "task_error"]
     assert len(records) == 32 and 0 < len(failed) < 32
     assert all("injected step failure" in r["error"] for r in failed)
-    rows = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (output / "metrics.jsonl").read_text().split("\n") if line.strip()]
     assert sum(row["rollout/status/task_error"] * 8 for row in rows) == len(failed)
 
 
@@ -120,6 +120,6 @@ def test_a_batch_that_keeps_failing_is_skipped_and_a_run_of_skips_stops(tmp_path
     result, output = run(tmp_path, 1.0)
     assert result.returncode != 0
     assert "rollout.faults.max_skipped_in_a_row" in result.stderr
-    rows = [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (output / "metrics.jsonl").read_text().split("\n") if line.strip()]
     # the first two batches were tried twice each and skipped, and stay logged
     assert [(row["batch/tries"], row["batch/skipped"]) for row in rows] == [(2.0, 1.0)] * 2

@@ -88,7 +88,7 @@ def assert_refused_then_resumed(process: subprocess.Popen[str], config: Path, ou
 
     make_writable()
     run_in_new_process(config)
-    rows = [json.loads(line) for line in (output / "runs.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (output / "runs.jsonl").read_text().split("\n") if line.strip()]
     assert [json.dumps(row).encode() for row in rows[:len(committed_rows)]] == [
         json.dumps(json.loads(row)).encode() for row in committed_rows]
     counts = Counter((row["sample_id"], row["group_index"]) for row in rows)

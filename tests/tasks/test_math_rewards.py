@@ -124,7 +124,7 @@ def test_gsm8k_gold_answers_score_one(shared_data: Path) -> None:
     path = shared_data / "gsm8k" / "train-300.jsonl"
     task = MathProblemsTask(source="gsm8k", data_path=str(path), num_validation=20)
     assert len(task.sample_ids("train")) == 280
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = [json.loads(line) for line in path.read_text().split("\n") if line.strip()]
     for row, sample_id in zip(rows, list(task.sample_ids("train")) + list(
             task.sample_ids("validation")), strict=True):
         gold = gsm8k_final_answer(row["answer"])

@@ -54,7 +54,8 @@ class Supervisor:
                     "wall_s": time.monotonic() - start}
         self.processes.children[main.pid] = main
         streams = {main.stdout.fileno(): "stdout", main.stderr.fileno(): "stderr"}
-        seen = watch(self, main, streams, start + timeout, base64.b64decode(request["stdin"]))
+        seen = watch(self.limits, self.processes, self.end, main, streams, start + timeout,
+                     base64.b64decode(request["stdin"]))
         self.processes.kill_leftovers(keep)
         code = main.wait()
         self.processes.children.pop(main.pid, None)
@@ -73,7 +74,8 @@ class Supervisor:
                 session.stop()
             restarted = kind in self.lost or session is not None
             self.lost.discard(kind)
-            session = self.sessions[kind] = Session(self, kind)
+            session = self.sessions[kind] = Session(kind, self.config["python"], self.limits,
+                                                    self.workdir, self.environment())
             self.processes.children[session.process.pid] = session.process
         timeout = min(request.get("timeout") or self.limits["wall_timeout_s"],
                       self.limits["wall_timeout_s"])
@@ -83,8 +85,8 @@ class Supervisor:
         with contextlib.suppress(OSError):
             session.send(request["code"], self.limits["cpu_time_s"])
         streams = {session.stdout: "stdout", session.stderr: "stderr"}
-        seen = watch(self, session.process, streams, start + timeout, b"",
-                     done_fd=session.answers, cpu_start=cpu_start)
+        seen = watch(self.limits, self.processes, self.end, session.process, streams,
+                     start + timeout, b"", done_fd=session.answers, cpu_start=cpu_start)
         cpu = cpu_seconds(session.process.pid) - cpu_start
         done = seen["done"] or {}
         if seen["bound"] is not None or done.get("ended", False):

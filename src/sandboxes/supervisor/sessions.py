@@ -8,13 +8,9 @@ import contextlib
 import fcntl
 import os
 import subprocess
-from typing import TYPE_CHECKING
 
 from .bounds import preexec
 from .protocol import CHUNK
-
-if TYPE_CHECKING:
-    from .server import Supervisor
 
 PYTHON_DRIVER = r'''
 import ast, json, os, resource, sys, traceback
@@ -71,14 +67,15 @@ class Session:
     """A persistent interpreter: its requests on fd 3, its answers on fd 4, the model's
     output on its stdout and stderr."""
 
-    def __init__(self, supervisor: Supervisor, kind: str) -> None:
+    def __init__(self, kind: str, python: str, limits: dict, workdir: str,
+                 environment: dict[str, str]) -> None:
         self.kind = kind
         self.used = False
         request_read, self.requests = os.pipe()
         self.answers, answer_write = os.pipe()
         os.set_blocking(self.answers, False)  # read as it comes: see watch.read_available_line
         if kind == "python":
-            argv = [supervisor.config["python"], "-u", "-c", PYTHON_DRIVER]
+            argv = [python, "-u", "-c", PYTHON_DRIVER]
         else:
             argv = ["bash", "--norc", "--noprofile", "-c", BASH_DRIVER]
 
@@ -87,12 +84,11 @@ class Session:
             # before the limits, whose max_open_files may be below them
             high_read = fcntl.fcntl(request_read, fcntl.F_DUPFD, 100)
             high_write = fcntl.fcntl(answer_write, fcntl.F_DUPFD, 100)
-            preexec(supervisor.limits, cpu_bound=False)
+            preexec(limits, cpu_bound=False)
             os.dup2(high_read, 3)
             os.dup2(high_write, 4)
 
-        self.process = subprocess.Popen(argv, cwd=supervisor.workdir,
-                                        env=supervisor.environment(),
+        self.process = subprocess.Popen(argv, cwd=workdir, env=environment,
                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE,
                                         preexec_fn=start_interpreter, pass_fds=(3, 4))

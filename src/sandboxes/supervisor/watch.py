@@ -8,26 +8,22 @@ import os
 import select
 import subprocess
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-from .processes import cpu_seconds
+from .processes import Processes, cpu_seconds
 from .protocol import CHUNK, HOST
-
-if TYPE_CHECKING:
-    from .server import Supervisor
 
 POLL_S = 0.02
 
 
-def watch(supervisor: Supervisor, main: subprocess.Popen, streams: dict[int, str],
-          deadline: float, stdin: bytes, done_fd: int | None = None,
-          cpu_start: float = 0.0) -> dict:
+def watch(limits: dict, processes: Processes, end: Callable[[], None],
+          main: subprocess.Popen, streams: dict[int, str], deadline: float, stdin: bytes,
+          done_fd: int | None = None, cpu_start: float = 0.0) -> dict:
     """Read the call's output until it ends or a bound is hit; the outcome's fields
     (not yet classified). A command ends when its main process exits (what is then
     in its pipes is read; background writers are not waited for); a session call
     when the interpreter answers on `done_fd` or exits. For a session, `main` is the
     interpreter and its CPU seconds past `cpu_start` are bounded."""
-    limits = supervisor.limits
     limit = limits["output_limit_bytes"]
     output = {"stdout": bytearray(), "stderr": bytearray()}
     printed = 0
@@ -51,7 +47,7 @@ def watch(supervisor: Supervisor, main: subprocess.Popen, streams: dict[int, str
         if now >= next_check:
             next_check = now + 0.05
             # the sandbox's processes, as RLIMIT_NPROC counts them (threads aside)
-            if supervisor.processes.count() >= limits["max_processes"]:
+            if processes.count() >= limits["max_processes"]:
                 bound = "process_limit"
                 break
             if done_fd is not None and cpu_seconds(main.pid) - cpu_start \
@@ -71,7 +67,7 @@ def watch(supervisor: Supervisor, main: subprocess.Popen, streams: dict[int, str
         if HOST in readable:
             # the host sends nothing during a call: its input ended, it closed the
             # sandbox or died - nothing of the sandbox outlives it
-            supervisor.end()
+            end()
         if writable:
             try:
                 sent = os.write(stdin_fd, pending_stdin[:CHUNK])

@@ -118,6 +118,13 @@ class NamesModels:
         built without its base weights (src.run.assembly)."""
         return frozenset()
 
+    @classmethod
+    def frozen_models(cls, parameters: Mapping[str, object]) -> frozenset[str]:
+        """The parameters naming a language model that a component of these parameters
+        only scores with and never trains (a distillation teacher): not the run's trained
+        model, whatever its kind; none by default."""
+        return frozenset()
+
 
 class LanguageModel(NamesModels, ABC):
     """Anything that samples: an in-process model, a vLLM engine, a pool of them."""

@@ -64,10 +64,11 @@ def run_online_training(source: YamlSource, options: RunOptions) -> int:
 
 def _only_trainable(models: dict[str, LanguageModel],
                     plan: ExperimentPlan) -> TrainableLanguageModel:
-    """The one trainable model the run trains: a distillation teacher (the RL callback's
-    `teacher`) and a judge's model (a reward term's) are trainable in kind but frozen, and
-    never the run's checkpoints."""
-    frozen = {callback.parameters.get("teacher") for callback in plan.callbacks.values()}
+    """The one trainable model the run trains: a model a callback only scores with (its
+    `frozen_models`: the RL trainer's teacher) and a judge's model (a reward term's) are
+    trainable in kind but frozen, and never the run's checkpoints."""
+    frozen = {callback.parameters.get(parameter) for callback in plan.callbacks.values()
+              for parameter in callback.cls.frozen_models(callback.parameters)}
     frozen |= {model for _, model in reward_term_models(plan.task)}
     trainable = [model for name, model in models.items()
                  if isinstance(model, TrainableLanguageModel) and name not in frozen]

@@ -163,6 +163,10 @@ class RLTrainingCallback(EpisodeTrainer):
         return frozenset({"language_model"}) if workers.count >= 2 else frozenset()
 
     @classmethod
+    def frozen_models(cls, parameters: Mapping[str, object]) -> frozenset[str]:
+        return frozenset({"teacher"})
+
+    @classmethod
     def oldest_trained(cls, parameters: Mapping[str, object]) -> int | None:
         kept = parameters.get("max_policy_staleness", MAX_POLICY_STALENESS)
         return kept if kept is None else int(kept)  # type: ignore[call-overload]

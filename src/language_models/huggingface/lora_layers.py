@@ -31,9 +31,7 @@ class InputDtypeLoraLinear(LoraLinear):
         if not self._runs_in_input_dtype(x, args, kwargs):
             return super().forward(x, *args, **kwargs)
         result = self.base_layer(x)
-        for name in self.active_adapters:
-            if name not in self.lora_A:
-                continue
+        for name in self.active_adapters:  # each in this layer: `_runs_in_input_dtype`
             down = self.lora_A[name].weight.to(x.dtype)
             up = (self.lora_B[name].weight * self.scaling[name]).to(x.dtype)
             adapted = self.lora_dropout[name](x)

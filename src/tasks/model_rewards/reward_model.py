@@ -35,12 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import torch
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    PositiveInt,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, PositiveInt, model_validator
 
 from src.language_models.embedded_model import resolve_model_path
 from src.tasks.model_rewards.reward_model_actor import ActorScorer, RayActorSettings

@@ -47,10 +47,11 @@ from src.language_models.language_model import LanguageModel, SamplingParams  # 
 from src.language_models.rollout_pool.pool import RolloutPool  # noqa: E402
 from src.storage.files import atomic_write_json  # noqa: E402
 from src.tasks.instance.math_problems.task import MathProblemsTask  # noqa: E402
+from src.tasks.splits import Splits
 
 
 def quickstart_prompts(model: HuggingfaceLoRALanguageModel, count: int) -> list[list[int]]:
-    task = MathProblemsTask(levels=[1], num_train=count, worked_example=True)
+    task = MathProblemsTask(levels=[1], splits=Splits(num_train=count), worked_example=True)
     prompts = []
     for sample_id in list(task.sample_ids("train"))[:count]:
         observation, _ = task.new_episode().reset(seed=0, options={"sample": task.get_sample(sample_id)})

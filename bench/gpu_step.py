@@ -9,7 +9,7 @@ HuggingfaceLoRALanguageModel (LoRA r=16 all-linear). Then, on --device:
    the prefix cache is used) and a short nucleus (top_p) call;
 2. sampler/trainer agreement: the sampled sequences scored with `score()`, |sampling
    log-prob - trainer log-prob| over the sampled tokens (first and second turn);
-3. one GRPO step through RLTrainingCallback.train on episodes built from those
+3. one GRPO step through RLTrainer.train on episodes built from those
    samples (random 0/1 rewards with spread in every group; KL k3 to the base model on):
    step time, peak allocated memory, loss, and whether the adapter moved.
 Sampling and the GRPO step each print a roofline line (bench/roofline.py): achieved
@@ -59,10 +59,10 @@ from src.language_models.instance.huggingface_lora_language_model import (  # no
     LoRASettings,
 )
 from src.language_models.language_model import SamplingParams, TokenBatch  # noqa: E402
-from src.online_training.trainer import RLTrainingCallback  # noqa: E402
+from src.online_training.trainer import RLTrainer  # noqa: E402
 from src.records.episode import Episode, EpisodeStatus, Outcome, Sample  # noqa: E402
 from src.records.trajectory import Trajectory  # noqa: E402
-from src.run.callbacks import BatchContext, TrainingSchedule  # noqa: E402
+from src.run.trainer import BatchContext, TrainingSchedule  # noqa: E402
 from src.runtime.reproducibility import make_reproducible  # noqa: E402
 from src.training.settings import AdvantageSettings, KLSettings, OptimizerSettings  # noqa: E402
 
@@ -228,7 +228,7 @@ def token_budget(arguments: argparse.Namespace) -> int | str | None:
 def grpo_step(model: HuggingfaceLoRALanguageModel, episodes: list[Episode], samples: int,
               arguments: argparse.Namespace) -> dict:
     # other settings at their defaults; scored at the temperature the trajectories record
-    callback = RLTrainingCallback(
+    callback = RLTrainer(
         model, advantage=AdvantageSettings(estimator="grpo"),
         kl=KLSettings(coef=arguments.kl_coef),
         optimizer=OptimizerSettings(
@@ -534,7 +534,7 @@ def main() -> None:
         made = []
         for index, trajectory in enumerate(trajectories):
             group, slot = divmod(index, arguments.samples)
-            episode = Episode(Sample(sample_id=f"p{group}"), slot, 0, task=None)  # type: ignore[arg-type]
+            episode = Episode(Sample(sample_id=f"p{group}"), slot, 0, environment=None)  # type: ignore[arg-type]
             episode.trajectory = trajectory
             episode.reward = float((slot + group) % 2)  # spread in every group of 2+
             episode.status = EpisodeStatus.COMPLETED

@@ -23,14 +23,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from src.agents.instance.lora_rl_agent import LoRARLAgent  # noqa: E402
+from src.agents.instance.token_exact_agent import TokenExactAgent  # noqa: E402
 from src.language_models.instance.huggingface_lora_language_model import (  # noqa: E402
     HuggingfaceLoRALanguageModel,
 )
-from src.online_training.trainer import RLTrainingCallback  # noqa: E402
+from src.online_training.trainer import RLTrainer  # noqa: E402
 from src.records.chat import Role  # noqa: E402
 from src.records.episode import Episode  # noqa: E402
-from src.run.callbacks import BatchContext, TrainingSchedule  # noqa: E402
+from src.run.trainer import BatchContext, TrainingSchedule  # noqa: E402
 from src.runtime.allocator import keep_freed_memory  # noqa: E402
 from src.tasks.instance.math_problems.task import MathProblemsTask  # noqa: E402
 from src.training.settings import (  # noqa: E402
@@ -119,10 +119,10 @@ def main() -> None:
                                          dtype=arguments.dtype,
                                          lora_compute_dtype=arguments.lora_compute_dtype)
     exact = model.dtype == torch.float32
-    agent = LoRARLAgent(model, max_new_tokens=arguments.new_tokens)
+    agent = TokenExactAgent(model, max_new_tokens=arguments.new_tokens)
     # the callback's other settings at their defaults; it scores at the temperature the
     # agent recorded in each trajectory (the agent's default, 1.0)
-    callback = RLTrainingCallback(
+    callback = RLTrainer(
         model, advantage=AdvantageSettings(estimator="grpo"), kl=KLSettings(coef=arguments.kl_coef),
         optimizer=OptimizerSettings(
             learning_rate=1e-5, micro_batch_max_tokens=arguments.micro_batch_max_tokens or None),
@@ -144,14 +144,14 @@ def main() -> None:
             prompt = step * arguments.prompts + index // arguments.samples
             observation, _ = env.reset(options={"sample_id": f"train-{prompt:06d}"})
             assert env.sample is not None
-            episode = Episode(env.sample, index % arguments.samples, step, task=env)
+            episode = Episode(env.sample, index % arguments.samples, step, environment=env)
             episode.add_message(Role.USER, observation)
             agent.start_episode(episode)
             episodes.append(episode)
         start = time.perf_counter()
         for episode, reply in zip(episodes, agent.act(episodes), strict=True):
             episode.add_message(Role.AGENT, reply.content)
-            _, episode.reward, _, _, _ = episode.task.step(reply.content)
+            _, episode.reward, _, _, _ = episode.environment.step(reply.content)
         rollout = time.perf_counter() - start
         rollout_peak = peak_rss_gib()
         context = BatchContext(step, episodes, arguments.samples)

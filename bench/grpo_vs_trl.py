@@ -13,8 +13,8 @@ norm 1.0. With ours in bfloat16, the trainer's log-probs are the PPO ratio's "ol
 token-level TIS (C = 2) corrects for the sampler, as a bf16 run does
 (mismatch: {old_logprobs: trainer, correction: tis}).
 
-- Ours: the code path a run takes: LoRARLAgent + roll_out_lockstep (the experiment
-  loop's rollout, with the task's rewards) + RLTrainingCallback.train.
+- Ours: the code path a run takes: TokenExactAgent + roll_out_lockstep (the experiment
+  loop's rollout, with the task's rewards) + RLTrainer.train.
 - TRL: GRPOTrainer with a datasets.Dataset of the prompt strings and a wrapper around
   the same reward function; num_iterations 1, gradient_accumulation_steps 1, one
   generation batch of 8 x 4 per optimizer step; a TrainerCallback times each step
@@ -67,20 +67,21 @@ from roofline import (  # noqa: E402, I001
     training_work,
 )
 
-from src.agents.instance.lora_rl_agent import LoRARLAgent  # noqa: E402
+from src.agents.instance.token_exact_agent import TokenExactAgent  # noqa: E402
 from src.language_models.embedded_model import DEFAULT_MODEL, resolve_model_path  # noqa: E402
 from src.language_models.instance.huggingface_lora_language_model import (  # noqa: E402
     HuggingfaceLoRALanguageModel,
     LoRASettings,
 )
-from src.online_training.trainer import RLTrainingCallback  # noqa: E402
+from src.online_training.trainer import RLTrainer  # noqa: E402
 from src.records.chat import Role  # noqa: E402
 from src.records.episode import Episode, Sample  # noqa: E402
-from src.run.callbacks import BatchContext, TrainingSchedule  # noqa: E402
 from src.run.rollout import roll_out_lockstep  # noqa: E402
+from src.run.trainer import BatchContext, TrainingSchedule  # noqa: E402
 from src.storage.files import atomic_write_json  # noqa: E402
 from src.tasks.instance.math_problems.rewards import accuracy  # noqa: E402
 from src.tasks.instance.math_problems.task import MathProblemsTask  # noqa: E402
+from src.tasks.splits import Splits
 from src.training import learner as learner_module  # noqa: E402
 from src.training.settings import (  # noqa: E402
     AdvantageSettings,
@@ -143,10 +144,10 @@ class OurTrainer:
             lora_config=LoRASettings(**LORA))
         self.shape = DecoderShape.of(self.model.model.get_base_model())
         exact = self.model.dtype == torch.float32
-        self.agent = LoRARLAgent(self.model, temperature=1.0, top_p=1.0,
+        self.agent = TokenExactAgent(self.model, temperature=1.0, top_p=1.0,
                                  max_new_tokens=arguments.max_new_tokens)
         # The trainer scores at the temperature each trajectory records: the agent's 1.0.
-        self.callback = RLTrainingCallback(
+        self.callback = RLTrainer(
             self.model,
             advantage=AdvantageSettings(estimator="grpo", clip=None, zero_std_groups="keep"),
             ppo=PPOSettings(loss="ppo_clip", clip_ratio_low=0.2, clip_ratio_high=0.2,
@@ -220,7 +221,7 @@ class OurTrainer:
         """The token ids the agent feeds for this sample's first turn."""
         env = self.task.new_episode()
         observation, _ = env.reset(options={"sample": sample})
-        episode = Episode(sample=sample, group_index=0, batch_index=0, task=env)
+        episode = Episode(sample=sample, group_index=0, batch_index=0, environment=env)
         episode.add_message(Role.USER, observation)
         self.agent.start_episode(episode)
         assert episode.trajectory is not None
@@ -363,7 +364,7 @@ def main() -> None:
     count = (steps + extra) * arguments.prompts
 
     task = MathProblemsTask(source="procedural", levels=[1], worked_example=True,
-                            num_train=count, reward_weights={"accuracy": 1.0})
+                            splits=Splits(num_train=count), reward_weights={"accuracy": 1.0})
     samples = [task.get_sample(sample_id) for sample_id in task.sample_ids("train")]
 
     peaks = measure_peaks()

@@ -33,13 +33,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from src.agents.instance.lora_rl_agent import LoRARLAgent  # noqa: E402
+from src.agents.instance.token_exact_agent import TokenExactAgent  # noqa: E402
 from src.language_models.instance.huggingface_lora_language_model import (  # noqa: E402
     HuggingfaceLoRALanguageModel,
 )
 from src.records.episode import Episode  # noqa: E402
 from src.run.rollout import roll_out_lockstep  # noqa: E402
 from src.storage.files import atomic_write_json  # noqa: E402
+from src.tasks.instance.db_bench.task_single_skill import DBBenchSplits
+from src.tasks.splits import Splits
 from src.tasks.task import Task  # noqa: E402
 
 # Per task: (episodes, new tokens per turn) when not given on the command line. DB-bench
@@ -55,12 +57,12 @@ def make_task(name: str, rounds: int) -> Task[Any]:
     if name == "db_bench":
         from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill
 
-        return DBBenchSingleSkill(source="procedural", seed=42, max_round=rounds,
-                                  sandbox={"url": "sqlite://"})
+        return DBBenchSingleSkill(source="procedural", splits=DBBenchSplits(seed=42),
+                                  max_round=rounds, sandbox={"url": "sqlite://"})
     if name == "econ":
         from src.tasks.instance.econ.task import EconDecisionTask
 
-        return EconDecisionTask(seed=0, num_households=100, months=120,
+        return EconDecisionTask(splits=Splits(seed=0), num_households=100, months=120,
                                 households_per_sample=rounds)
     raise ValueError(f"unknown task '{name}'")
 
@@ -120,7 +122,7 @@ def main() -> None:
     torch.manual_seed(arguments.seed)  # LoRA A matrices are drawn at construction
     model = HuggingfaceLoRALanguageModel(dtype=arguments.dtype,
                                          prefix_caching=not arguments.no_prefix_caching)
-    agent = LoRARLAgent(model, temperature=arguments.temperature, max_new_tokens=new_tokens)
+    agent = TokenExactAgent(model, temperature=arguments.temperature, max_new_tokens=new_tokens)
     task = make_task(arguments.task, arguments.rounds)
     samples = [(task.get_sample(sample_id), 0) for sample_id in task.sample_ids("train")[:count]]
     seeds = [arguments.seed * 1_000_003 + index for index in range(len(samples))]

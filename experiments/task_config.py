@@ -4,9 +4,13 @@ without its model (held-out headroom, train/validation overlap)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from src.configuration.components import constructor_fields
+from src.configuration.flat_groups import gathered
 from src.configuration.yaml_source import YamlSource
+
+TaskT = TypeVar("TaskT")
 
 
 def task_parameters_from_config(config_path: Path, task_name: str) -> dict[str, Any]:
@@ -19,3 +23,10 @@ def task_parameters_from_config(config_path: Path, task_name: str) -> dict[str, 
         raise ValueError(f"{config_path}: expected one config section whose task is "
                          f"{task_name}")
     return dict(sections[0]["task"].get("parameters") or {})
+
+
+def task_built_from_config(config_path: Path, task_name: str, cls: type[TaskT]) -> TaskT:
+    """The task family `cls` built from a saved config's task parameters, each settings
+    group a config writes flat (the splits) gathered as the constructor takes it."""
+    return cls(**gathered(constructor_fields(cls), task_parameters_from_config(config_path,
+                                                                              task_name)))

@@ -21,21 +21,24 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from src.configuration.assignment import ExperimentConfig  # noqa: E402
-from src.configuration.components import REGISTRY, constructor_fields, import_dotted  # noqa: E402
-from src.configuration.flat_names import FLAT_NAMES, TRAINER  # noqa: E402
+from src.configuration.components import COMPONENTS, constructor_fields  # noqa: E402
+from src.configuration.flat_groups import FlatGroup, flat_groups  # noqa: E402
+from src.configuration.registry import RegisteredName  # noqa: E402
 from src.offline_training.config import OfflineExperimentConfig  # noqa: E402
+from src.online_training.config import OnlineExperimentConfig  # noqa: E402
+from src.online_training.flat_names import FLAT_NAMES, TRAINER  # noqa: E402
 from src.supervised_training.config import SupervisedExperimentConfig  # noqa: E402
 
 REFERENCE = ROOT / "docs" / "reference.md"
 CONFIG_FILES: list[tuple[str, type[BaseModel]]] = [
-    ("An RL assignment (`assignment_config`)", ExperimentConfig),
+    ("An RL assignment (`assignment_config`)", OnlineExperimentConfig),
     ("A supervised stage (`supervised_training_config`)", SupervisedExperimentConfig),
     ("Offline group training (`offline_training_config`)", OfflineExperimentConfig),
 ]
@@ -60,9 +63,19 @@ def type_name(annotation: Any) -> str:
     if origin is typing.Literal:
         return " \\| ".join(repr(value) for value in typing.get_args(annotation))
     if origin is typing.Annotated:
-        return type_name(typing.get_args(annotation)[0])
+        return (registered_names(annotation.__metadata__)
+                or type_name(typing.get_args(annotation)[0]))
     text = str(annotation).replace("typing.", "")
     return re.sub(r"\b(?:[a-z_][\w]*\.)+([A-Za-z_]\w*)", r"\1", text)
+
+
+def registered_names(metadata: Any) -> str | None:
+    """A registered name's allowed values, written as those of a Literal are; None where
+    `metadata` holds no `RegisteredName`."""
+    for item in metadata:
+        if isinstance(item, RegisteredName):
+            return " \\| ".join(repr(name) for name in item.registry.names())
+    return None
 
 
 def default_text(value: Any) -> str:
@@ -125,6 +138,13 @@ def docstring(obj: Any) -> str:
     return "\n\n".join(" ".join(paragraph.split()) for paragraph in text.split("\n\n"))
 
 
+def field_kind(field: FieldInfo) -> str:
+    """A pydantic field's type and bounds: `int (>= 0)`."""
+    constraints = [text for item in field.metadata if (text := constraint_text(item)) is not None]
+    return (registered_names(field.metadata) or type_name(field.annotation)) + (
+        f" ({', '.join(constraints)})" if constraints else "")
+
+
 def model_section(model: type[BaseModel], seen: set[type], sections: list[str]) -> None:
     """One table per model, then the models its fields hold, each once."""
     if model in seen:
@@ -141,27 +161,31 @@ def model_section(model: type[BaseModel], seen: set[type], sections: list[str]) 
             default = default_text(field.default_factory())  # type: ignore[call-arg]
         else:
             default = default_text(field.default)
-        constraints = [text for item in field.metadata
-                       if (text := constraint_text(item)) is not None]
-        kind = type_name(field.annotation) + (f" ({', '.join(constraints)})" if constraints
-                                              else "")
-        lines.append(f"| `{name}` | {kind} | {default} | {notes.get(name, '')} |")
+        lines.append(f"| `{name}` | {field_kind(field)} | {default} | {notes.get(name, '')} |")
         nested += models_in(field.annotation)
     sections.append("\n".join(lines) + "\n")
     for inner in nested:
         model_section(inner, seen, sections)
 
 
-def component_section(short_name: str, dotted: str, seen: set[type],
+def component_section(short_name: str, cls: type, seen: set[type],
                       sections: list[str]) -> None:
-    cls = import_dotted(dotted)
-    lines = [f"### `{short_name}`: `{dotted}`", ""]
+    lines = [f"### `{short_name}`: `{cls.__module__}.{cls.__qualname__}`", ""]
     if summary := docstring(cls):
         lines += [summary, ""]
-    lines += ["| parameter | type | default | note |", "| --- | --- | --- | --- |"]
     notes = field_comments(cls.__init__)
+    fields = constructor_fields(cls)
+    groups = flat_groups(fields)
+    for name, group in groups.items():  # what the constructor says of a group's keys
+        if name in notes:
+            keys = ", ".join(f"`{key}`" for key in type(group).model_fields)
+            lines += [f"{keys}: {notes[name]}.", ""]
+    lines += ["| parameter | type | default | note |", "| --- | --- | --- | --- |"]
     nested: list[type[BaseModel]] = []
-    for name, (annotation, default) in constructor_fields(cls).items():
+    for name, (annotation, default) in fields.items():
+        if name in groups:  # a config writes the group's keys flat, among the others
+            lines += group_rows(groups[name])
+            continue
         lines.append(f"| `{name}` | {type_name(annotation)} | {default_text(default)} "
                      f"| {notes.get(name, '')} |")
         nested += models_in(annotation)
@@ -170,8 +194,19 @@ def component_section(short_name: str, dotted: str, seen: set[type],
         model_section(model, seen, sections)
 
 
+def group_rows(group: FlatGroup) -> list[str]:
+    """A flat group's keys as rows of its constructor's table, with the defaults of the
+    constructor's default group and the notes of the group's classes."""
+    notes: dict[str, str] = {}
+    for model in reversed(type(group).__mro__):
+        if isinstance(model, type) and issubclass(model, FlatGroup) and model is not FlatGroup:
+            notes |= field_comments(model)
+    return [f"| `{key}` | {field_kind(field)} | {default_text(getattr(group, key))} "
+            f"| {notes.get(key, '')} |" for key, field in type(group).model_fields.items()]
+
+
 def flat_names_section() -> str:
-    """The table a config's RL trainer parameters are read by (src.configuration.flat_names)."""
+    """The table a config's RL trainer parameters are read by (src.online_training.flat_names)."""
     lines = ["## Flat names", "",
              "LifelongAgentBench writes some of the RL trainer's settings flat, beside its "
              "parameters; a config is read with each moved to the key it stands for (the "
@@ -192,8 +227,8 @@ def render() -> str:
         sections.append(f"{title}: `{model.__name__}`\n")
         model_section(model, seen, sections)
     sections.append("## Components, by registered short name\n")
-    for short_name, dotted in sorted(REGISTRY.items()):
-        component_section(short_name, dotted, seen, sections)
+    for short_name in sorted(COMPONENTS.names()):
+        component_section(short_name, COMPONENTS[short_name], seen, sections)
     sections.append(flat_names_section())
     return "\n".join(sections)
 

@@ -16,8 +16,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `import src...` work from anywhere
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from src.configuration.assignment import ThreadsSetting  # noqa: E402
 from src.configuration.errors import ConfigError  # noqa: E402
+from src.configuration.models import ThreadsSetting  # noqa: E402
 from src.configuration.yaml_source import YamlSource  # noqa: E402
 from src.offline_training.run import PIPELINE as OFFLINE_TRAINING  # noqa: E402
 from src.online_training.run import PIPELINE as ONLINE_TRAINING  # noqa: E402

@@ -30,7 +30,7 @@ def test_the_reference_is_up_to_date() -> None:
 def test_a_new_setting_makes_the_reference_stale(monkeypatch: pytest.MonkeyPatch) -> None:
     from pydantic import create_model
 
-    from src.configuration.assignment import RolloutConfig
+    from src.online_training.config import RolloutConfig
 
     generator = load_generator()
     before = generator.render()

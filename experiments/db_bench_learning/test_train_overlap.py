@@ -11,14 +11,15 @@ from experiments.db_bench_learning.train_overlap import (
     query,
     validation_ids_with_a_train_query,
 )
-from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill
+from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill, DBBenchSplits
 from src.tasks.task import split_sample_id
 from tests.report.test_evaluation_table import write
 
 
 def small_task() -> DBBenchSingleSkill:
-    return DBBenchSingleSkill(source="procedural", num_train=200, num_validation=44,
-                              stratified_validation=True, seed=42)
+    return DBBenchSingleSkill(source="procedural",
+                              splits=DBBenchSplits(num_train=200, num_validation=44, seed=42),
+                              stratified_validation=True)
 
 
 def test_a_query_is_its_sql_whatever_the_table_is_called() -> None:

@@ -21,7 +21,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from experiments.task_config import task_parameters_from_config
+from experiments.task_config import task_built_from_config
 from src.records.episode import EpisodeRecord, Sample
 from src.report.evaluation_table import labelled_files, read_runs, success_table
 from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill
@@ -65,8 +65,8 @@ def main() -> None:
     parser.add_argument("config_path", type=Path)
     parser.add_argument("files", nargs="+", metavar="LABEL=EVALUATION_JSONL")
     arguments = parser.parse_args()
-    task = DBBenchSingleSkill(**task_parameters_from_config(arguments.config_path,
-                                                            "db_bench_single_skill"))
+    task = task_built_from_config(arguments.config_path, "db_bench_single_skill",
+                                  DBBenchSingleSkill)
     print(overlap_table(task, labelled_files(parser, arguments.files)))
 
 

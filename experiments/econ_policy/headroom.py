@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.task_config import task_parameters_from_config
+from experiments.task_config import task_built_from_config
 from src.maths.intervals import mean_with_interval
 from src.records.episode import Sample
 from src.tasks.instance.econ.planner import best_grid_reply, grid_rewards, reward_on_grid
@@ -96,7 +96,7 @@ def sample_headroom(task: EconDecisionTask, sample: Sample) -> SampleHeadroom:
 
 def task_from_config(config_path: Path) -> EconDecisionTask:
     """The econ task of an assignment or supervised config (or a run's saved config.yaml)."""
-    return EconDecisionTask(**task_parameters_from_config(config_path, "econ_decision"))
+    return task_built_from_config(config_path, "econ_decision", EconDecisionTask)
 
 
 def main() -> None:

@@ -43,12 +43,13 @@ from typing import Any
 import gymnasium
 
 from src.agents.agent import Agent, AgentReply
-from src.configuration.assignment import FaultPolicy
+from src.configuration.models import FaultPolicy
 from src.records.episode import Episode, EpisodeStatus
 from src.run.rollout import hung_calls, roll_out_lockstep
-from src.tasks.instance.gymnasium_text.task import GymnasiumTextTask
-from src.tasks.instance.optional_packages import import_optional
-from src.tasks.instance.textarena.task import TextArenaTask
+from src.tasks.adapters.gymnasium_text.task import GymnasiumTextTask
+from src.tasks.adapters.textarena.task import TextArenaTask
+from src.tasks.optional_packages import import_optional
+from src.tasks.splits import SplitsWithSelection
 from src.tasks.task import Task
 
 textarena = import_optional("textarena", "textarena")
@@ -180,13 +181,14 @@ class Tally:
 
 def gymnasium_task(fault: str, rate: float) -> GymnasiumTextTask:
     return GymnasiumTextTask(entry_point=f"{__name__}:FaultyText",
-                             env_kwargs={"fault": fault, "rate": rate}, num_train=256,
-                             num_validation=1, max_turns=3)
+                             env_kwargs={"fault": fault, "rate": rate},
+                             splits=SplitsWithSelection(num_train=256, num_validation=1),
+                             max_turns=3)
 
 
 def textarena_task(fault: str, rate: float) -> TextArenaTask:
     return TextArenaTask("FaultyGame-v0", env_kwargs={"fault": fault, "rate": rate},
-                         num_train=256, num_validation=1, max_turns=3)
+                         splits=SplitsWithSelection(num_train=256, num_validation=1), max_turns=3)
 
 
 def roll(task: Task[Any], agent: Agent, batch: int, size: int, timeout_s: float,
@@ -258,8 +260,8 @@ def fuzz_opponents(batches: int, size: int, timeout_s: float) -> list[Tally]:
                                    ("nonsense_opponent", "ConnectFour-v0", 1)):
         tally = Tally(f"textarena {game} {opponent}")
         started = time.monotonic()
-        task = TextArenaTask(game, num_train=256, num_validation=1, max_turns=3,
-                             player=player, opponent_function=f"{__name__}.{opponent}")
+        task = TextArenaTask(game, splits=SplitsWithSelection(num_train=256, num_validation=1),
+                             max_turns=3, player=player, opponent_function=f"{__name__}.{opponent}")
         for batch in range(batches):
             roll(task, Replies("[col 3]" if game.startswith("Connect") else "[4]"), batch,
                  size, timeout_s, tally,

@@ -76,7 +76,7 @@ import psutil
 
 from experiments.hostile_inputs.fuzz_model_text import random_character
 from src.agents.agent import Agent, AgentReply
-from src.configuration.assignment import FaultPolicy
+from src.configuration.models import FaultPolicy
 from src.language_models.tool_calls import hermes_text
 from src.records.episode import Episode
 from src.run.rollout import roll_out_lockstep
@@ -87,6 +87,7 @@ from src.sandboxes.settings import CallLimits, MiB, SandboxSettings
 from src.sandboxes.tools import BashTool, PythonTool
 from src.tasks.instance.code_tests.task import CodeTestsTask
 from src.tasks.instance.shell_tasks.task import ShellTask
+from src.tasks.splits import Splits
 from src.tasks.tool_episode import ToolTask
 from tests.sandboxes.processes import live_descendants
 
@@ -840,12 +841,12 @@ def fuzz_episodes(host: Host, name: str, episodes: int, batch_size: int,
     started = time.monotonic()
     family: ToolTask[Any]
     if name == "code_tests":
-        family = CodeTestsTask(num_train=64, num_validation=1, seed=0, max_round=3,
+        family = CodeTestsTask(splits=Splits(num_train=64, num_validation=1, seed=0), max_round=3,
                                call_timeout_s=1.0, check_timeout_s=LIMITS.wall_timeout_s,
                                sandbox=SETTINGS, max_tool_output_chars=MAX_OBSERVATION_CHARS)
     else:
-        family = ShellTask(kinds=["fix_script", "sort_file", "count_lines"], num_train=64,
-                           num_validation=1, seed=0, max_round=4,
+        family = ShellTask(kinds=["fix_script", "sort_file", "count_lines"],
+                           splits=Splits(num_train=64, num_validation=1, seed=0), max_round=4,
                            script_timeout_s=LIMITS.wall_timeout_s, sandbox=SETTINGS,
                            max_tool_output_chars=MAX_OBSERVATION_CHARS)
     try:

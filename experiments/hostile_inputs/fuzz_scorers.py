@@ -60,9 +60,10 @@ from experiments.hostile_inputs.fuzz_model_text import (
     resident_mb,
 )
 from experiments.hostile_inputs.hostile_reward_functions import HOSTILE_FUNCTIONS, SLOW
-from src.runtime import bounded_call
+from src.sandboxes import bounded_call
 from src.tasks.rubric import Rubric
 from src.tasks.single_turn import SingleTurnTask
+from src.tasks.splits import SplitsWithSelection
 from tests.tasks.test_reply_fuzz import MEGABYTE
 
 # the study's bound on a scorer call (the tasks' default is 5 s): shorter, so that
@@ -334,9 +335,9 @@ def step_all(tally: ScorerTally, family: Any, replies: list[str],
 # ---- A: reasoning-gym's scorers --------------------------------------------------------
 def fuzz_reasoning_gym(dataset: str, tries: int, rng: random.Random, watch: CallWatch,
                        marker: Path, timeout_s: float) -> ScorerTally:
-    from src.tasks.instance.reasoning_gym.task import ReasoningGymTask
+    from src.tasks.adapters.reasoning_gym.task import ReasoningGymTask
 
-    family = ReasoningGymTask(dataset, num_train=4, num_validation=1,
+    family = ReasoningGymTask(dataset, splits=SplitsWithSelection(num_train=4, num_validation=1),
                               scorer_timeout_s=timeout_s)
     with watching(watch, ScorerTally(f"reasoning-gym {dataset}")) as tally:
         try:
@@ -380,8 +381,8 @@ def fuzz_verifiers(watch: CallWatch) -> ScorerTally:
     from src.language_models.embedded_model import DEFAULT_MODEL, resolve_model_path
     from src.records.episode import EpisodeStatus
     from src.run.rollout import roll_out_lockstep
-    from src.tasks.instance.verifiers.environments import DEADLINE_GRACE_S
-    from src.tasks.instance.verifiers.task import VerifiersTask
+    from src.tasks.adapters.verifiers.environments import DEADLINE_GRACE_S
+    from src.tasks.adapters.verifiers.task import VerifiersTask
     from tests.agents.scripted_model import ScriptedLanguageModel
 
     path = resolve_model_path(DEFAULT_MODEL)
@@ -442,9 +443,10 @@ GAMES: dict[str, Callable[[random.Random], str]] = {
 
 def fuzz_game(game: str, tries: int, rng: random.Random, watch: CallWatch,
               marker: Path) -> ScorerTally:
-    from src.tasks.instance.textarena.task import TextArenaTask
+    from src.tasks.adapters.textarena.task import TextArenaTask
 
-    family = TextArenaTask(game, num_train=4, num_validation=1, max_turns=3)
+    family = TextArenaTask(game, splits=SplitsWithSelection(num_train=4, num_validation=1),
+                           max_turns=3)
     move = GAMES[game]
     moves = [with_marker(text, marker) for text in BOMB_EXPRESSIONS.values()]
     with watching(watch, ScorerTally(f"textarena {game}")) as tally:
@@ -491,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     targets = set(arguments.targets.split(","))
     rng = random.Random(arguments.seed)
     # each overrun and failing function is logged; the study counts them instead
-    for name in ("src.tasks.rubric", "src.tasks.instance.textarena.task"):
+    for name in ("src.tasks.rubric", "src.tasks.adapters.textarena.task"):
         logging.getLogger(name).setLevel(logging.ERROR)
     tallies: list[ScorerTally] = []
     started = time.monotonic()

@@ -59,7 +59,11 @@ from src.records.episode import Outcome
 from src.tasks.instance.db_bench.problem import DBBenchProblem
 from src.tasks.instance.db_bench.sandbox_backends.base import CANCEL_GRACE_S
 from src.tasks.instance.db_bench.sandbox_backends.postgresql_databases import drop_kept_databases
-from src.tasks.instance.db_bench.task_single_skill import DBBenchEpisode, DBBenchSingleSkill
+from src.tasks.instance.db_bench.task_single_skill import (
+    DBBenchEpisode,
+    DBBenchSingleSkill,
+    DBBenchSplits,
+)
 from tests.tasks.db_bench.servers import MYSQL_URL, POSTGRES_URL, unreachable_reason
 
 TIMEOUT_S = 0.5  # the sandbox's statement limit here: short, so that many tries fit
@@ -395,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{backend}: skipped, unreachable at {url} ({reason})", flush=True)
             continue
         left_before = 0 if backend == "sqlite" else sandboxes_left(url)
-        family = DBBenchSingleSkill(num_train=64, seed=arguments.seed, max_round=MAX_ROUND,
+        family = DBBenchSingleSkill(splits=DBBenchSplits(num_train=64, seed=arguments.seed),
+                                    max_round=MAX_ROUND,
                                     sandbox={"url": url, "statement_timeout_s": TIMEOUT_S})
         print(backend, flush=True)
         fuzzer = Fuzzer(backend, family, rng)

@@ -8,7 +8,7 @@ import math
 import os
 import time
 
-from src.tasks.rubric import DetailedReward
+from src.tasks.reward_functions import DetailedReward
 
 ALLOCATED_MB = 1_536  # what the allocating function takes, once a call
 

@@ -16,7 +16,8 @@ from experiments.hostile_inputs.fuzz_scorers import (
     watching,
     with_marker,
 )
-from src.tasks.instance.reasoning_gym.task import ReasoningGymTask
+from src.tasks.adapters.reasoning_gym.task import ReasoningGymTask
+from src.tasks.splits import SplitsWithSelection
 
 
 def test_a_short_run_counts_a_dataset_scorer_and_a_game(tmp_path: Path) -> None:
@@ -34,7 +35,8 @@ def test_a_short_run_counts_a_dataset_scorer_and_a_game(tmp_path: Path) -> None:
 
 def test_the_study_counts_an_overrun_and_code_a_scorer_ran(tmp_path: Path) -> None:
     # countdown's scorer reads the answer with sympy's parse_expr, which evaluates Python
-    family = ReasoningGymTask("countdown", num_train=1, num_validation=1,
+    family = ReasoningGymTask("countdown",
+                              splits=SplitsWithSelection(num_train=1, num_validation=1),
                               scorer_timeout_s=1.0)
     marker = tmp_path / "code_ran"
     replies = [with_marker(BOMBS[name], marker)

@@ -33,15 +33,17 @@ from typing import Any
 from src.configuration.components import import_dotted
 from src.language_models.language_model import LanguageModel
 from src.maths.intervals import success_with_interval
+from src.online_training.plan import load_online_config, plan_online_training
 from src.records.chat import Role
 from src.records.episode import EpisodeRecord, counted_records
-from src.run.assembly import instantiate, load_experiment_config, plan_experiment
+from src.run.assembly import instantiate
 from src.runtime.reproducibility import prepare_model_building
 from src.storage.files import read_validated_json_lines
 from src.tasks.instance.math_problems.rewards import accuracy
 from src.tasks.instance.math_problems.task import MathProblemsTask
-from src.tasks.model_rewards.judge import Judge, JudgeError, JudgeSettings
-from src.tasks.rubric import RewardTerm
+from src.tasks.model_rewards.judge import Judge, JudgeError
+from src.tasks.model_rewards.judge_settings import JudgeSettings
+from src.tasks.reward_functions import RewardTerm
 
 
 def evaluation_file(replies: Path) -> Path:
@@ -124,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                    record for _, record in read_validated_json_lines(source_file,
                                                                      EpisodeRecord))
                if any(message.role is Role.AGENT for message in record.chat)]
-    config, source = load_experiment_config(args.config)
-    plan = plan_experiment(config, source)
+    config, source = load_online_config(args.config)
+    plan = plan_online_training(config, source)
     if not issubclass(plan.task.cls, MathProblemsTask):
         raise SystemExit(f"{args.config}: the task is a {plan.task.cls.__name__}, not the "
                          "math task whose verifier this compares with")

@@ -10,34 +10,16 @@ from typing import Any
 
 from pydantic import ConfigDict, ValidationError, create_model
 
-from src.configuration.assignment import ComponentConfig, NestedComponentConfig
+from src.configuration.flat_groups import flattened, gathered
+from src.configuration.models import ComponentConfig, NestedComponentConfig
+from src.configuration.registry import Registry
 from src.configuration.yaml_source import YamlSource
 
-# Registered short names; a config may name any other class by `module`.
-REGISTRY: dict[str, str] = {
-    "math_problems": "src.tasks.instance.math_problems.task.MathProblemsTask",
-    "math_python_tool": "src.tasks.instance.math_python_tool.task.MathPythonToolTask",
-    "code_tests": "src.tasks.instance.code_tests.task.CodeTestsTask",
-    "shell_tasks": "src.tasks.instance.shell_tasks.task.ShellTask",
-    "db_bench_single_skill": "src.tasks.instance.db_bench.task_single_skill.DBBenchSingleSkill",
-    "econ_decision": "src.tasks.instance.econ.task.EconDecisionTask",
-    "single_turn": "src.tasks.single_turn.SingleTurnTask",
-    "reasoning_gym": "src.tasks.instance.reasoning_gym.task.ReasoningGymTask",
-    "textarena": "src.tasks.instance.textarena.task.TextArenaTask",
-    "verifiers": "src.tasks.instance.verifiers.task.VerifiersTask",
-    "gymnasium_text": "src.tasks.instance.gymnasium_text.task.GymnasiumTextTask",
-    "oracle_agent": "src.agents.instance.oracle_agent.OracleAgent",
-    "lora_rl_agent": "src.agents.instance.lora_rl_agent.LoRARLAgent",
-    "openai_client_agent": "src.agents.instance.openai_client_agent.OpenAIClientAgent",
-    "experience_replay_agent": "src.agents.instance.experience_replay_agent.ExperienceReplayAgent",
-    "huggingface_lora": (
-        "src.language_models.instance.huggingface_lora_language_model"
-        ".HuggingfaceLoRALanguageModel"
-    ),
-    "rollout_pool": "src.language_models.rollout_pool.pool.RolloutPool",
-    "vllm": "src.language_models.instance.vllm_language_model.VLLMLanguageModel",
-    "rl_training": "src.online_training.trainer.RLTrainingCallback",
-}
+# The classes a config may name by a short name (`name: math_problems`), each registered
+# where it is defined, `@COMPONENTS.register("math_problems")` above the class, and found
+# there when a config first names it (src/configuration/registry.py); a config names any
+# other class by `module`.
+COMPONENTS: Registry[type] = Registry("component", indexed_as="COMPONENTS")
 
 
 def import_dotted(path: str) -> Any:
@@ -83,18 +65,26 @@ def import_component_class(path: str, expected_base: type) -> Any:
 def resolve_class(spec: ComponentConfig | NestedComponentConfig,
                   key_path: tuple[str | int, ...], source: YamlSource,
                   expected_base: type) -> type:
-    dotted = spec.module or REGISTRY.get(spec.name or "")
-    where = (*key_path, "module") if spec.module else (*key_path, "name")
-    if dotted is None:
-        raise source.error(
-            f"'{spec.name}' is not a registered component and no 'module' is given "
-            f"(registered: {', '.join(sorted(REGISTRY))})", where)
-    try:
-        cls = import_component_class(dotted, expected_base)
-    except ImportError as error:
-        raise source.error(f"cannot import '{dotted}': {error}", where) from error
+    """The class `module` names, or else the one registered as `name`."""
+    if spec.module:
+        where, shown = (*key_path, "module"), spec.module
+        try:
+            cls = import_component_class(spec.module, expected_base)
+        except ImportError as error:
+            raise source.error(f"cannot import '{spec.module}': {error}", where) from error
+    else:
+        where = (*key_path, "name")
+        try:
+            cls = COMPONENTS.get(spec.name or "")
+        except ImportError as error:
+            raise source.error(f"cannot import '{spec.name}': {error}", where) from error
+        if cls is None:
+            raise source.error(
+                f"'{spec.name}' is not a registered component and no 'module' is given "
+                f"(registered: {', '.join(sorted(COMPONENTS.names()))})", where)
+        shown = f"{cls.__module__}.{cls.__qualname__}"
     if not (inspect.isclass(cls) and issubclass(cls, expected_base)):
-        raise source.error(f"'{dotted}' is not a subclass of {expected_base.__name__}", where)
+        raise source.error(f"'{shown}' is not a subclass of {expected_base.__name__}", where)
     return cls
 
 
@@ -131,6 +121,8 @@ def validate_parameters(cls: type, parameters: dict[str, Any], key_path: tuple[s
     `references` maps a parameter type (e.g. LanguageModel) that a config names by
     string to that type: such parameters are checked as names and resolved later.
     `planned` parameters hold nested components, checked by their own plans: kept as given.
+    A flat group's keys (src/configuration/flat_groups.py) are checked as parameters of
+    their own and gathered into the group the constructor takes.
     """
     fields = constructor_fields(cls)
     referenced = {name: field for name, field in fields.items()
@@ -142,11 +134,14 @@ def validate_parameters(cls: type, parameters: dict[str, Any], key_path: tuple[s
                         fields[name][1])
     for name in planned:
         fields[name] = (Any, fields[name][1])
+    flat = flattened(fields)  # a flat group's keys are parameters of their own here
     model = create_model(f"{cls.__name__}Parameters",
                          __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=True),
-                         **fields)
+                         **flat)
     try:
         validated = model.model_validate(parameters)
+        arguments = gathered(fields, {name: getattr(validated, name) for name in flat
+                                      if name in fields or name in validated.model_fields_set})
     except ValidationError as error:
         first = error.errors()[0]
         location = (*key_path, "parameters", *first["loc"])
@@ -154,4 +149,4 @@ def validate_parameters(cls: type, parameters: dict[str, Any], key_path: tuple[s
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
         raise source.error(f"invalid parameters for {cls.__name__}: {messages}",
                            location) from error
-    return {name: getattr(validated, name) for name in fields}
+    return arguments

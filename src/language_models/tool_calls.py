@@ -19,7 +19,7 @@ Two ways to offer tools, one format of calls:
   renders `tool` messages.
 The OpenAI endpoint (src/agents/openai_endpoint/), the LoRA agent, the tool-episode
 tasks (src/tasks/tool_episode.py) and the verifiers harness's prompted protocol
-(src/tasks/instance/verifiers/chat_harness.py) read calls with this one parser, and
+(src/tasks/adapters/verifiers/chat_harness.py) read calls with this one parser, and
 describe tools with this one preamble.
 
 Model output is untrusted: a reply whose tool-call blocks are not all well-formed JSON

@@ -14,7 +14,7 @@ from pydantic import (
 )
 
 from src.agents.agent import Agent
-from src.configuration.assignment import ComponentConfig, StrictModel
+from src.configuration.models import ComponentConfig, StrictModel
 from src.configuration.yaml_source import YamlSource, validate_keyed
 from src.language_models.language_model import TrainableLanguageModel
 from src.run.assembly import ComponentPlan, plan_component

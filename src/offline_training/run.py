@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import functools
-import json
-import sys
 from pathlib import Path
 
 from src.configuration.errors import ConfigError
+from src.configuration.models import SECTION_RESUME_SAFE_KEYS
 from src.configuration.yaml_source import YamlSource
 from src.language_models.language_model import LanguageModel, TrainableLanguageModel
 from src.offline_training.config import (
@@ -25,13 +24,11 @@ from src.offline_training.groups import (
     snapshot_groups,
 )
 from src.offline_training.trainer import OfflineGroupTrainer
-from src.report.run_end import end_of_run_report
 from src.run.assembly import instantiate
 from src.run.evaluation import Evaluator
 from src.run.folder import RunDirectory, RunNotFound, RunState, resolve_latest
 from src.run.pipeline import EvaluationParts, Pipeline
-from src.run.start import RunOptions, Stopped, keyed_config, start_run
-from src.run.storage_guard import storage_guard
+from src.run.start import RunOptions, Started, keyed_config, train_run
 from src.runtime.reproducibility import prepare_model_building
 from src.tasks.task import Task
 
@@ -52,23 +49,16 @@ def run_offline_training(source: YamlSource, options: RunOptions) -> int:
     """Validate, then train (or resume); the exit status of the command."""
     prepare = keyed_config(source, OFFLINE_TRAINING_KEY, load_offline_config,
                            plan_offline_training, options.output_dir)
-    started = start_run(prepare, source.path, options, "epoch")
-    if isinstance(started, Stopped):
-        return started.exit_status
-    run, plan = started.run, started.plan
-    offline = plan.config.offline_training_config
-    with storage_guard(run.path):
-        try:
-            groups = snapshot_groups(run.path, lambda: read_configured_groups(offline.groups),
-                                     offline.groups.min_score_spread)
-        except (GroupFileError, RunNotFound) as error:
-            print(f"data error: {error}", file=sys.stderr)
-            return 2
-        summary = train(plan, groups, run, started.state, options.show_progress)
-        report = end_of_run_report(run.path)
-    print(json.dumps(summary, indent=2))
-    print(report)
-    return 0
+
+    def train_groups(started: Started[OfflineTrainingPlan]) -> dict:
+        offline = started.plan.config.offline_training_config
+        groups = snapshot_groups(started.run.path,
+                                 lambda: read_configured_groups(offline.groups),
+                                 offline.groups.min_score_spread)
+        return train(started.plan, groups, started.run, started.state, options.show_progress)
+
+    return train_run(prepare, source.path, options, "epoch", PIPELINE.resume_rules,
+                     train_groups, (GroupFileError, RunNotFound))
 
 
 def train(plan: OfflineTrainingPlan, groups: list[ScoredGroup], run: RunDirectory,
@@ -126,4 +116,5 @@ def build_for_evaluation(path: Path, models: dict[str, LanguageModel]) -> Evalua
 
 
 PIPELINE = Pipeline(OFFLINE_TRAINING_KEY, run_offline_training, build_for_evaluation,
-                    task_path=("evaluation", "task"), evaluation_path=("evaluation",))
+                    task_path=("evaluation", "task"), evaluation_path=("evaluation",),
+                    resume_safe_keys=SECTION_RESUME_SAFE_KEYS)

@@ -34,7 +34,8 @@ from src.offline_training.config import OfflineTrainingConfig
 from src.offline_training.groups import ScoredGroup, tokenize_groups
 from src.run.folder import TRAINING_STATE, RunDirectory, RunState
 from src.run.metrics import MetricsLog
-from src.run.protocol import BestRule, Part, RunProtocol
+from src.run.protocol import BestRule, Part
+from src.run.step_loop import StepReport, Steps, evaluate_apart, run_steps
 from src.storage.checkpoint_store import CheckpointStore
 from src.storage.files import atomic_directory
 from src.storage.state import Stateful
@@ -68,7 +69,9 @@ def best_rule(kl_limit: float) -> BestRule:
     return BestRule(MARGIN, bound=("kl", kl_limit), step_key="epoch")
 
 
-class OfflineGroupTrainer(Stateful):
+class OfflineGroupTrainer(Steps, Stateful):
+    unit = "epoch"
+
     def __init__(self, config: OfflineTrainingConfig, language_model: TrainableLanguageModel,
                  groups: list[ScoredGroup], output_dir: Path,
                  evaluate: Callable[..., dict[str, float]] | None = None,
@@ -82,7 +85,7 @@ class OfflineGroupTrainer(Stateful):
         self.state_dir = output_dir / TRAINING_STATE
         self.store = CheckpointStore(self.state_dir)
         self.metrics = MetricsLog(output_dir)
-        self.evaluate = evaluate
+        self.evaluator = evaluate
         self.show_progress = show_progress
         grpo = config.grpo
         self.advantage = group_advantages(self.data.scores, self.data.group_ids,
@@ -90,7 +93,7 @@ class OfflineGroupTrainer(Stateful):
         self.kl = KLController(kind="band", beta=grpo.kl_coef, band_low=grpo.kl_band_low,
                                band_high=grpo.kl_band_high, band_factor=grpo.kl_band_factor)
         self.steps_per_epoch = math.ceil(len(groups) / config.training.groups_per_step)
-        self.total_epochs = config.warmup.epochs + grpo.epochs
+        self.total = config.warmup.epochs + grpo.epochs  # epochs
         self.epoch = 0  # the last epoch trained
         self.reference: list[torch.Tensor] = []
         self.old: list[torch.Tensor] = []
@@ -99,56 +102,52 @@ class OfflineGroupTrainer(Stateful):
         self.learner = Learner(language_model, self._optimizer_settings(
             config.training.learning_rate))
 
-    # ---- the run -------------------------------------------------------------------
+    # ---- the steps, as the step loop runs them -------------------------------------
     def train(self, run: RunDirectory, state: RunState) -> dict:
         """Train the epochs after the last committed one (`state.completed_batches` counts
         epochs here), committing each with its checkpoint; return the run's summary."""
-        protocol = RunProtocol(run, self.metrics, [
-            Part(self.store, self, best_rule(self.config.grpo.kl_band_high))])
-        done = protocol.restore(state)  # drops rows and checkpoints of an unfinished epoch
+        return run_steps(self, run, state, self.metrics, self.show_progress)
+
+    def parts(self) -> list[Part]:
+        return [Part(self.store, self, best_rule(self.config.grpo.kl_band_high))]
+
+    def restored(self, done: int) -> None:
         # The base model never changes: its log-probs are taken once, before any update.
         self.reference = self._frozen("reference_logprobs",
                                       lambda: self._score(with_adapter=False))
-        if done == 0 and state.metrics_bytes == 0:
-            metrics = self._measure() | {"kl_coef": self.kl.beta}
-            self._log(0, metrics)
-            protocol.logged_start()
 
-        progress = tqdm(total=self.total_epochs * self.steps_per_epoch,
-                        initial=done * self.steps_per_epoch, unit="step",
-                        disable=not self.show_progress, dynamic_ncols=True)
-        try:
-            for epoch in range(done + 1, self.total_epochs + 1):
-                if self._phase_of(epoch) == "rce":
-                    metrics = self._rce_epoch(epoch, progress)
-                else:
-                    if not self.old:  # PPO's old policy: the one GRPO starts from, frozen
-                        self.old = self._frozen("old_logprobs",
-                                                lambda: self._score(with_adapter=True))
-                    metrics = self._grpo_epoch(epoch, progress)
-                measured = self._measure()
-                if self._phase_of(epoch) == "grpo":
-                    self.kl.update(measured["kl"])  # the band rule, once per epoch
-                self._log(epoch, metrics | measured)
-                self.epoch = epoch
-                protocol.commit(epoch, measured)
-        finally:
-            progress.close()
-            self.metrics.close()
-        summary = {"epochs": self.total_epochs, "best": protocol.best(),
-                   "final": self.metrics.jsonl.read()[-1]}
-        protocol.finish(summary)
-        return summary
+    def progress_bar(self, done: int, show: bool) -> tqdm:
+        """In optimiser steps: an epoch is many."""
+        return tqdm(total=self.total * self.steps_per_epoch, initial=done * self.steps_per_epoch,
+                    unit="step", disable=not show, dynamic_ncols=True)
+
+    def at_start(self) -> dict[str, float]:
+        figures = self._measure() | {"kl_coef": self.kl.beta}
+        return figures | self.evaluate(0) if self.evaluator is not None else figures
+
+    def step(self, step: int, progress: tqdm) -> StepReport:
+        """Epoch `step`: its phase's updates, then the margin and KL on all groups."""
+        if self._phase_of(step) == "rce":
+            figures = self._rce_epoch(step, progress)
+        else:
+            if not self.old:  # PPO's old policy: the one GRPO starts from, frozen
+                self.old = self._frozen("old_logprobs", lambda: self._score(with_adapter=True))
+            figures = self._grpo_epoch(step, progress)
+        measured = self._measure()
+        if self._phase_of(step) == "grpo":
+            self.kl.update(measured["kl"])  # the band rule, once per epoch
+        self.epoch = step
+        return StepReport(figures | measured)
+
+    def evaluation_due(self, step: int) -> bool:
+        return self.evaluator is not None
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        assert self.evaluator is not None  # evaluation_due says so
+        return evaluate_apart(self.evaluator, step, self.metrics)
 
     def _phase_of(self, epoch: int) -> Phase:
         return "rce" if epoch <= self.config.warmup.epochs else "grpo"
-
-    def _log(self, epoch: int, metrics: dict[str, float]) -> None:
-        if self.evaluate is not None:
-            # Sampling reseeds torch; training's dropout must not depend on evaluation.
-            with torch.random.fork_rng():
-                metrics = metrics | self.evaluate(epoch, metrics=self.metrics)
-        self.metrics.log(epoch, metrics)
 
     # ---- scoring -------------------------------------------------------------------
     def _score(self, with_adapter: bool) -> list[torch.Tensor]:
@@ -297,7 +296,7 @@ class OfflineGroupTrainer(Stateful):
         saved = json.loads((directory / TRAINING_STEP).read_text(encoding="utf-8"))
         self.epoch, phase = saved["epoch"], saved["phase"]
         # Mid-phase, the optimiser goes on where it stopped; a new phase starts afresh.
-        mid_phase = self.epoch < self.total_epochs and self._phase_of(self.epoch + 1) == phase
+        mid_phase = self.epoch < self.total and self._phase_of(self.epoch + 1) == phase
         if mid_phase:
             self._enter_phase(phase)
         state = self.learner.restore(directory, restore_optimizer=mid_phase)

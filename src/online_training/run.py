@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -10,65 +9,59 @@ from src.agents.agent import Agent
 from src.configuration.errors import ConfigError
 from src.configuration.yaml_source import YamlSource
 from src.language_models.language_model import LanguageModel, TrainableLanguageModel
-from src.online_training.loop import ExperimentLoop, assignment_evaluator
-from src.report.run_end import end_of_run_report
-from src.run.assembly import (
-    ExperimentPlan,
+from src.online_training.config import ONLINE_TRAINING_KEY, RESUME_SAFE_KEYS
+from src.online_training.flat_names import translate_flat_names
+from src.online_training.loop import OnlineTraining, online_evaluator
+from src.online_training.plan import (
+    OnlineTrainingPlan,
     build_components,
     build_language_models,
-    instantiate,
-    load_experiment_config,
-    plan_experiment,
+    load_online_config,
+    plan_online_training,
 )
+from src.run.assembly import instantiate
 from src.run.folder import AGENT_STATE, TASK_STATE
 from src.run.judge_models import reward_term_models
 from src.run.pipeline import EvaluationParts, Pipeline
-from src.run.start import RunOptions, Stopped, start_run
-from src.run.storage_guard import storage_guard
+from src.run.start import RunOptions, Started, train_run
+from src.run.step_loop import run_steps
 from src.storage.state import keeps_state
 from src.tasks.task import Task
-
-ASSIGNMENT_KEY = "assignment_config"
 
 
 def run_online_training(source: YamlSource, options: RunOptions) -> int:
     """Validate, then train (or resume); the exit status of the command."""
 
-    def prepare() -> tuple[Any, ExperimentPlan, str]:
-        config, _ = load_experiment_config(source)
+    def prepare() -> tuple[Any, OnlineTrainingPlan, str]:
+        config, _ = load_online_config(source)
         if options.output_dir is not None:
-            assignment = config.assignment_config.model_copy(
+            section = config.assignment_config.model_copy(
                 update={"output_dir": options.output_dir})
-            config = config.model_copy(update={"assignment_config": assignment})
-        return config, plan_experiment(config, source), config.assignment_config.output_dir
+            config = config.model_copy(update={ONLINE_TRAINING_KEY: section})
+        return config, plan_online_training(config, source), config.assignment_config.output_dir
 
-    started = start_run(prepare, source.path, options, "batch")
-    if isinstance(started, Stopped):
-        return started.exit_status
-    run, plan = started.run, started.plan
-    with storage_guard(run.path):
-        components = build_components(plan)
+    def train(started: Started[OnlineTrainingPlan]) -> dict:
+        components = build_components(started.plan)
         try:
-            loop = ExperimentLoop(plan.config.assignment_config, components, run,
-                                  show_progress=options.show_progress)
-            summary = loop.execute(started.state)
+            steps = OnlineTraining(started.plan.config.assignment_config, components,
+                                   started.run)
+            summary = run_steps(steps, started.run, started.state, steps.metrics,
+                                options.show_progress)
         finally:
             for language_model in components.language_models.values():
                 language_model.close()
-        report = end_of_run_report(run.path)
-    if summary["overall"]:  # empty when the run only evaluated (max_batches 0)
-        print(json.dumps(summary["overall"], indent=2))
-    print(report)
-    return 0
+        return summary["overall"]  # empty when the run only evaluated (max_batches 0)
+
+    return train_run(prepare, source.path, options, "batch", PIPELINE.resume_rules, train)
 
 
 def _only_trainable(models: dict[str, LanguageModel],
-                    plan: ExperimentPlan) -> TrainableLanguageModel:
-    """The one trainable model the run trains: a model a callback only scores with (its
+                    plan: OnlineTrainingPlan) -> TrainableLanguageModel:
+    """The one trainable model the run trains: a model a trainer only scores with (its
     `frozen_models`: the RL trainer's teacher) and a judge's model (a reward term's) are
     trainable in kind but frozen, and never the run's checkpoints."""
-    frozen = {callback.parameters.get(parameter) for callback in plan.callbacks.values()
-              for parameter in callback.cls.frozen_models(callback.parameters)}
+    frozen = {trainer.parameters.get(parameter) for trainer in plan.trainers.values()
+              for parameter in trainer.cls.frozen_models(trainer.parameters)}
     frozen |= {model for _, model in reward_term_models(plan.task)}
     trainable = [model for name, model in models.items()
                  if isinstance(model, TrainableLanguageModel) and name not in frozen]
@@ -79,18 +72,19 @@ def _only_trainable(models: dict[str, LanguageModel],
 
 
 def build_for_evaluation(path: Path, models: dict[str, LanguageModel]) -> EvaluationParts:
-    """The run's language models, task and agent as the run built them; no callbacks
+    """The run's language models, task and agent as the run built them; no trainers
     (nothing is trained)."""
-    config, source = load_experiment_config(path)
-    plan = plan_experiment(config, source)
+    config, source = load_online_config(path)
+    plan = plan_online_training(config, source)
     build_language_models(plan, models)
     agent: Agent = instantiate(plan.agent, models)
     task: Task[Any] = instantiate(plan.task, models)
     stateful = {store: owner for store, owner in ((TASK_STATE, task), (AGENT_STATE, agent))
                 if keeps_state(owner)}
-    return EvaluationParts(assignment_evaluator(config.assignment_config, task, agent),
+    return EvaluationParts(online_evaluator(config.assignment_config, task, agent),
                            _only_trainable(models, plan), list(models.values()), stateful)
 
 
-PIPELINE = Pipeline(ASSIGNMENT_KEY, run_online_training, build_for_evaluation,
-                    task_path=("task",), evaluation_path=("evaluation",))
+PIPELINE = Pipeline(ONLINE_TRAINING_KEY, run_online_training, build_for_evaluation,
+                    task_path=("task",), evaluation_path=("evaluation",),
+                    resume_safe_keys=RESUME_SAFE_KEYS, translate_names=translate_flat_names)

@@ -17,12 +17,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from src.configuration.components import COMPONENTS
 from src.language_models.language_model import TrainableLanguageModel
-from src.maths.groups import group_statistics, zero_spread
+from src.maths.groups import zero_spread
+from src.online_training.trajectory_rows import batch_figures, sampling_temperature, token_rows
 from src.records.episode import Episode
 from src.records.trajectory import Trajectory
-from src.run.callbacks import BatchContext, EpisodeTrainer, TrainingSchedule
 from src.run.protocol import BestRule
+from src.run.trainer import BatchContext, Trainer, TrainingSchedule
 from src.training.advantages import ADVANTAGE_ESTIMATORS, Reinforce, whiten
 from src.training.distillation import Teacher
 from src.training.kl import kl_penalty
@@ -52,7 +54,8 @@ logger = logging.getLogger(__name__)
 MAX_POLICY_STALENESS = 0  # the default: only episodes of the current policy
 
 
-class RLTrainingCallback(EpisodeTrainer):
+@COMPONENTS.register("rl_training")
+class RLTrainer(Trainer):
     """Online RL of the LoRA policy: after each batch, returns (with a KL penalty, if in
     the reward) -> advantages -> `ppo.epochs` passes over mini-batches, one optimiser step
     each. Settings come in groups (`advantage`, `ppo`, `kl`, `reward`, `optimizer`,
@@ -60,7 +63,7 @@ class RLTrainingCallback(EpisodeTrainer):
     errors. The return is the task's reward times `reward.weight`: outcome rewards are the
     task's.
     LifelongAgentBench's flat names (`algorithm`, `learning_rate`, ...) are read as these
-    groups' keys where a config is read (src.configuration.flat_names).
+    groups' keys where a config is read (src.online_training.flat_names).
 
     The update scores each batch at the temperature it was sampled with (recorded by the
     agent), with LoRA dropout off, so that on policy the PPO ratio is 1; it refuses samples
@@ -187,6 +190,48 @@ class RLTrainingCallback(EpisodeTrainer):
 
     # ---- the update ----------------------------------------------------------------
     def train(self, batch: BatchContext) -> dict[str, float]:
+        episodes, metrics = self._episodes_to_train(batch)
+        if not episodes:
+            return {"skipped_batches": 1.0, **metrics}
+        trajectories = [episode.trajectory for episode in episodes]
+        temperature = sampling_temperature(trajectories)
+        rows, cut = token_rows(trajectories, self.model, self.ppo.mask_truncated_completions)
+        if cut:  # only where it happened: a figure that is always 0 would say nothing
+            metrics["rows/cut_to_context"] = float(cut)
+        task_returns = torch.tensor([self.episode_return(e) for e in episodes],
+                                    dtype=torch.float32)
+        group_keys = sorted({(e.sample.sample_id, e.batch_index) for e in episodes})
+        group_index = {key: i for i, key in enumerate(group_keys)}
+        group_ids = torch.tensor([group_index[(e.sample.sample_id, e.batch_index)]
+                                  for e in episodes])
+
+        token_metrics = TokenMetrics()
+        old_from_forward = self._old_logprobs(rows, len(episodes), temperature, token_metrics)
+        returns = self._returns(rows, task_returns, temperature)
+        # Whether a group has spread is a property of the task's returns: a KL penalty in
+        # the reward differs between members by noise alone.
+        no_spread = zero_spread(task_returns, group_ids)
+        rows.advantages = self._advantages(returns, group_ids, no_spread)
+        if self.teacher is not None:
+            assert isinstance(self.learner, Learner)  # a teacher refuses trainer workers
+            metrics.update(self.teacher.grade(self.learner, rows, temperature).metrics)
+        keep = (~no_spread if self.advantage_settings.zero_std_groups == "drop"
+                else torch.ones(len(episodes), dtype=torch.bool))
+        metrics.update(batch_figures(task_returns, group_ids, no_spread, rows, trajectories))
+        if self.kl_settings.in_reward:
+            metrics["reward/with_kl_penalty"] = returns.mean().item()
+        if keep.any():
+            metrics.update(self._optimise(rows, keep, temperature, trajectories,
+                                          token_metrics, old_from_forward))
+        else:
+            metrics.update(token_metrics.means())
+        metrics.update(effective_sample_size(metrics))
+        self.model.mark_updated()
+        metrics["policy_version"] = float(self.model.policy_version)
+        return metrics
+
+    def _episodes_to_train(self, batch: BatchContext) -> tuple[list[Episode], dict[str, float]]:
+        """The batch's episodes an update learns from, and the staleness figures."""
         # an episode whose environment or model failed says nothing about the policy
         episodes = [e for e in batch.episodes if not e.status.failed
                     and e.trajectory and e.trajectory.completion_token_count]
@@ -204,117 +249,36 @@ class RLTrainingCallback(EpisodeTrainer):
                      if s <= self.max_policy_staleness]
             metrics["policy_staleness/dropped"] = float(len(episodes) - len(fresh))
             episodes = fresh
-        if not episodes:
-            return {"skipped_batches": 1.0, **metrics}
-        trajectories = [episode.trajectory for episode in episodes]
-        temperature = self._sampling_temperature(trajectories)
-        rows, cut = self._token_rows(trajectories)
-        if cut:  # only where it happened: a figure that is always 0 would say nothing
-            metrics["rows/cut_to_context"] = float(cut)
-        task_returns = torch.tensor([self.episode_return(e) for e in episodes],
-                                    dtype=torch.float32)
-        group_keys = sorted({(e.sample.sample_id, e.batch_index) for e in episodes})
-        group_index = {key: i for i, key in enumerate(group_keys)}
-        group_ids = torch.tensor([group_index[(e.sample.sample_id, e.batch_index)]
-                                  for e in episodes])
+        return episodes, metrics
 
-        token_metrics = TokenMetrics()
-        # With one optimiser step per batch, the trainer's log-probs before it come free
-        # from the update's own forward; otherwise (and for a KL in the reward, which
-        # needs them first) a scoring pass computes them.
+    def _old_logprobs(self, rows: TokenRows, episodes: int, temperature: float,
+                      token_metrics: TokenMetrics) -> bool:
+        """The trainer's log-probs before the update, where they are the old policy's;
+        whether the update's own forward gives them instead. With one optimiser step per
+        batch they come free from that forward; otherwise (and for a KL in the reward,
+        which needs them first) a scoring pass computes them."""
         old_from_forward = (self.mismatch.old_logprobs == "trainer"
-                            and self._one_step_per_batch(len(episodes))
+                            and self._one_step_per_batch(episodes)
                             and not self.kl_settings.in_reward)
         if self.mismatch.old_logprobs == "trainer" and not old_from_forward:
             rows.old_logprobs = self.learner.score(rows, temperature=temperature)
             assert rows.sampler_logprobs is not None
             rows.token_weights = self.correction.apply(
                 rows.old_logprobs, rows.sampler_logprobs, rows.batch.loss_mask, token_metrics)
+        return old_from_forward
 
-        returns = task_returns
+    def _returns(self, rows: TokenRows, task_returns: torch.Tensor,
+                 temperature: float) -> torch.Tensor:
+        """The task's returns, less the KL penalty where the KL is in the reward; the
+        reference's log-probs into `rows` wherever a KL is used."""
         if self.kl.beta > 0 or self.kl_settings.in_reward:
             rows.ref_logprobs = self.reference.score(self.learner, rows, temperature)
-        if self.kl_settings.in_reward and rows.ref_logprobs is not None:
-            assert rows.old_logprobs is not None
-            per_token = kl_penalty(rows.old_logprobs, rows.ref_logprobs,
-                                   self.kl_settings.estimator) * rows.batch.loss_mask
-            returns = task_returns - self.kl.beta * per_token.sum(-1)
-
-        # Whether a group has spread is a property of the task's returns: a KL penalty in
-        # the reward differs between members by noise alone.
-        no_spread = zero_spread(task_returns, group_ids)
-        rows.advantages = self._advantages(returns, group_ids, no_spread)
-        if self.teacher is not None:
-            assert isinstance(self.learner, Learner)  # a teacher refuses trainer workers
-            metrics.update(self.teacher.grade(self.learner, rows, temperature).metrics)
-        keep = (~no_spread if self.advantage_settings.zero_std_groups == "drop"
-                else torch.ones(len(episodes), dtype=torch.bool))
-        _, group_std, _, _ = group_statistics(task_returns, group_ids)
-        one_per_group = torch.tensor([int((group_ids == group).nonzero()[0])
-                                      for group in group_ids.unique()])
-        metrics.update({
-            "reward": task_returns.mean().item(),
-            # TRL's meaning: the mean over groups of each group's std
-            "reward_std": group_std[one_per_group].mean().item(),
-            "reward_std/batch": (task_returns.std(unbiased=True).item()
-                                 if len(task_returns) > 1 else 0.0),
-            "frac_reward_zero_std": no_spread.float().mean().item(),
-            "advantage_abs_mean": rows.advantages.abs().mean().item(),
-            "completions/mean_length": rows.batch.loss_mask.sum(-1).mean().item(),
-            "completions/clipped_ratio": float(np.mean([t.truncated for t in trajectories])),
-        })
-        if self.kl_settings.in_reward:
-            metrics["reward/with_kl_penalty"] = returns.mean().item()
-        if keep.any():
-            metrics.update(self._optimise(rows, keep, temperature, trajectories,
-                                          token_metrics, old_from_forward))
-        else:
-            metrics.update(token_metrics.means())
-        metrics.update(effective_sample_size(metrics))
-        self.model.mark_updated()
-        metrics["policy_version"] = float(self.model.policy_version)
-        return metrics
-
-    def _sampling_temperature(self, trajectories: list[Trajectory]) -> float:
-        """The one temperature: the sampler's, recorded with every trajectory. The PPO ratio
-        is 1 on policy only when the trainer scores under the sampling distribution."""
-        temperatures = {t.sampling_temperature for t in trajectories}
-        top_ps = {t.sampling_top_p for t in trajectories}
-        if len(temperatures) != 1:
-            raise ValueError(f"a batch mixes sampling temperatures {sorted(temperatures)}; "
-                             "the trainer must score under the one the sampler used")
-        if top_ps != {1.0}:
-            raise ValueError(
-                f"the agent samples with top_p {sorted(top_ps)}: its recorded log-probs are "
-                "renormalised over the nucleus, so the trainer's ratio against them is not 1 "
-                "on policy; set the agent's top_p to 1.0 for RL training")
-        temperature = temperatures.pop()
-        if temperature <= 0:
-            raise ValueError("greedy (temperature 0) samples cannot be trained on by RL")
-        return temperature
-
-    def _token_rows(self, trajectories: list[Trajectory]) -> tuple[TokenRows, int]:
-        """The trajectories' ids and loss masks, with the sampler's log-probs as the PPO
-        ratio's "old" (replaced by the trainer's when mismatch.old_logprobs is trainer);
-        and how many were cut to the model's context. A trajectory longer than it (an
-        environment's long last observation, the episode then ended at the context limit)
-        is trained on its first `max_context_tokens` only: nothing past the context is
-        scored or trained."""
-        context = self.model.max_context_tokens
-        masks = [list(t.loss_mask) for t in trajectories]
-        if self.ppo.mask_truncated_completions:
-            masks = [[0] * len(m) if t.truncated else m
-                     for t, m in zip(trajectories, masks, strict=True)]
-        rows = TokenRows.from_sequences([t.token_ids[:context] for t in trajectories],
-                                        [mask[:context] for mask in masks],
-                                        pad_id=self.model.pad_id)
-        sampler = torch.zeros_like(rows.batch.loss_mask)
-        for row, trajectory in enumerate(trajectories):
-            logprobs = trajectory.sampling_logprobs[:context]
-            sampler[row, : len(logprobs)] = torch.tensor(logprobs)
-        rows.sampler_logprobs = sampler
-        rows.old_logprobs = sampler
-        return rows, sum(len(t.token_ids) > context for t in trajectories)
+        if not (self.kl_settings.in_reward and rows.ref_logprobs is not None):
+            return task_returns
+        assert rows.old_logprobs is not None
+        per_token = kl_penalty(rows.old_logprobs, rows.ref_logprobs,
+                               self.kl_settings.estimator) * rows.batch.loss_mask
+        return task_returns - self.kl.beta * per_token.sum(-1)
 
     def _advantages(self, returns: torch.Tensor, group_ids: torch.Tensor,
                     no_spread: torch.Tensor) -> torch.Tensor:
@@ -397,3 +361,4 @@ class RLTrainingCallback(EpisodeTrainer):
         state = self.learner.restore(directory)
         self.kl.beta = state["kl_coef"]
         self.estimator.load_state_dict({"running_mean": state["running_baseline"]})
+

@@ -173,7 +173,7 @@ class Episode:
     sample: Sample
     group_index: int
     batch_index: int
-    task: EpisodeEnvironment  # the episode environment the sample runs in
+    environment: EpisodeEnvironment  # the environment the sample runs in
     chat: list[ChatMessage] = field(default_factory=list)
     status: EpisodeStatus = EpisodeStatus.RUNNING
     outcome: Outcome = Outcome.UNKNOWN

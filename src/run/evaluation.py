@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from src.agents.agent import Agent
-from src.configuration.assignment import FaultPolicy
+from src.configuration.models import FaultPolicy
 from src.records.episode import EpisodeRecord
 from src.run.metrics import MetricsLog, episode_statistics
 from src.run.rollout import episode_seed, roll_out_seeded

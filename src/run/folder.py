@@ -13,10 +13,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from src.configuration.errors import ConfigError
-from src.configuration.flat_names import translate_flat_names
 from src.run.resume import (
     NEW_RUN,
+    NO_CHANGES,
     TIMESTAMP,
+    ResumeRules,
+    Translate,
     _committed_rows,
     _differences,
     _episode_row,
@@ -67,7 +69,8 @@ class RunDirectory:
         self.callback_state = path / "callback_state"
 
     @classmethod
-    def resolve(cls, pattern: str, config: BaseModel, fresh: bool = False) -> RunDirectory:
+    def resolve(cls, pattern: str, config: BaseModel, fresh: bool = False,
+                rules: ResumeRules = NO_CHANGES) -> RunDirectory:
         """A concrete folder for `pattern`.
 
         With `{TIMESTAMP}` in the pattern, the newest unfinished run of the same config
@@ -83,8 +86,10 @@ class RunDirectory:
             for candidate in candidates:
                 run = cls(Path(candidate))
                 state = run.read_state()
-                stored = with_new_fields(type(config), run.stored_config())[0] if state else {}
-                if state and not state.finished and not config_changes(stored, dump):
+                stored = (with_new_fields(type(config), run.stored_config(rules.translate))[0]
+                          if state else {})
+                if (state and not state.finished
+                        and not config_changes(stored, dump, rules.resume_safe)):
                     return run
         stamp = datetime.datetime.now().strftime("%Y-%m-%d-%H-%M-%S")
         return cls(Path(pattern.replace(TIMESTAMP, stamp)))
@@ -109,13 +114,15 @@ class RunDirectory:
     def write_state(self, state: RunState) -> None:
         atomic_write_json(self.path / STATE_FILE, state.model_dump())
 
-    def stored_config(self) -> dict[str, Any]:
+    def stored_config(self, translate: Translate | None = None) -> dict[str, Any]:
         """The resolved config the run was started with ({} where no run was started), in
-        the grouped spelling (a run started before kept LifelongAgentBench's flat names)."""
+        today's spelling where `translate` rewrites an older one (a run started before kept
+        LifelongAgentBench's flat names)."""
         path = self.path / CONFIG_FILE
         if path.is_file():
             stored = _read_stored_config(path)
-            translate_flat_names(stored, path)
+            if translate is not None:
+                translate(stored, path)
             return stored
         if (self.path / STATE_FILE).is_file():
             raise DamagedRunFolder(
@@ -124,13 +131,16 @@ class RunDirectory:
                 f"is checked against. Put it back from a copy of the run folder, or {NEW_RUN}.")
         return {}
 
-    def start(self, config: BaseModel, config_path: Path) -> RunState:
+    def start(self, config: BaseModel, config_path: Path,
+              rules: ResumeRules = NO_CHANGES) -> RunState:
         """Create the folder, or check that a resumed run may go on with `config`.
 
         A folder that committed no batch starts afresh with `config`, whatever it was
         started with (a run that failed before its first commit, resumed with its config
-        corrected). A resume-safe change (more batches, say) is written into the stored
-        config.yaml, which then says what the run went on with. A folder that holds
+        corrected). A change of a key the pipeline's `rules` call resume-safe (more
+        batches, say) is written into the stored
+        config.yaml, which then says what the run went on with; the stored config is read
+        through the rules' `translate`. A folder that holds
         files but no run is refused untouched."""
         self._check_is_a_run_or_new(config_path)
         self.path.mkdir(parents=True, exist_ok=True)
@@ -138,8 +148,8 @@ class RunDirectory:
         dump = config.model_dump(mode="json")
         state = self.read_state()
         if state is not None:
-            stored, new_fields = with_new_fields(type(config), self.stored_config())
-            changes = config_changes(stored, dump)
+            stored, new_fields = with_new_fields(type(config), self.stored_config(rules.translate))
+            changes = config_changes(stored, dump, rules.resume_safe)
             if changes and state.completed_batches == 0 and not state.finished:
                 print(f"{self.path} committed no batch: starting afresh with {config_path} "
                       f"(changed: {', '.join(changes)})")

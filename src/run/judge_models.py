@@ -16,7 +16,7 @@ from src.configuration.errors import ConfigError
 from src.configuration.yaml_source import YamlSource
 from src.language_models.language_model import LanguageModel
 from src.run.component_plan import ComponentPlan
-from src.tasks.rubric import RewardTerm
+from src.tasks.reward_functions import RewardTerm
 
 KeyPath = tuple[str | int, ...]
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from src.configuration.assignment import TrackersConfig
+from src.configuration.models import TrackersConfig
 from src.maths.spread import spread
 from src.records.episode import EpisodeRecord, EpisodeStatus, count_successes, counted_records
 from src.run.trackers import (

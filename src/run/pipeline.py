@@ -16,6 +16,7 @@ from src.configuration.errors import ConfigError
 from src.configuration.yaml_source import YamlSource
 from src.language_models.language_model import LanguageModel, TrainableLanguageModel
 from src.run.evaluation import Evaluator
+from src.run.resume import ResumeRules, Translate
 from src.run.start import RunOptions
 from src.storage.state import Stateful
 
@@ -41,6 +42,18 @@ class Pipeline:
     build_for_evaluation: Callable[[Path, dict[str, LanguageModel]], EvaluationParts]
     task_path: tuple[str, ...]  # where in the section the task's settings are
     evaluation_path: tuple[str, ...]  # and the evaluation's
+    # the section's keys (and sections) whose change does not alter what a resumed run
+    # computes: a resume may change them
+    resume_safe_keys: frozenset[str] = frozenset()
+    # rewrites a file as read (in place) into today's spelling: LifelongAgentBench's flat
+    # names, say (None: read as it is)
+    translate_names: Translate | None = None
+
+    @property
+    def resume_rules(self) -> ResumeRules:
+        """How its runs resume: the resume-safe keys as dotted keys of the file."""
+        return ResumeRules(frozenset(f"{self.key}.{key}" for key in self.resume_safe_keys),
+                           self.translate_names)
 
 
 def pipelines_by_key(pipelines: Iterable[Pipeline]) -> dict[str, Pipeline]:

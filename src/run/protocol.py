@@ -8,10 +8,10 @@ steps, offline epochs):
      (checksums.json) written last; where a part has a best rule and the step's figures
      make a new best by it, the protocol marks that checkpoint best (best.json in it)
      before the rename. The random generators a trainer saves are the process's as they
-     were at the batch boundary where a run marked one (`mark_batch_boundary`: a batch
-     rolling out ahead moves them meanwhile), else as they are;
+     were at the step's end where the step says so (a batch rolling out ahead moves them
+     meanwhile), else as they are;
   2. `run_state.json` records the step and the logs' byte offsets: the commit point;
-  3. the trackers get the step's metrics;
+  3. the trackers get the step's metrics and a table of its episodes;
   4. a checkpoint marked best is copied to its store's `best/`, and old checkpoints are
      pruned (the last 3 kept).
 A kill anywhere leaves either the previous commit point, with everything after it
@@ -26,11 +26,12 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from src.records.episode import EpisodeRecord
 from src.run.folder import RunDirectory, RunState
 from src.run.metrics import MetricsLog
 from src.run.resume import damaged_checkpoint
@@ -50,7 +51,7 @@ from src.storage.files import (
     read_json,
 )
 from src.storage.state import Stateful
-from src.training.rng_state import current_rng_state, saving_rng_state
+from src.training.rng_state import saving_rng_state
 from src.training.training_state import ADAPTER, TRAINING_STEP
 
 CHECKPOINTS_KEPT = 3
@@ -124,8 +125,6 @@ class RunProtocol:
     runs_log: JsonlLog | None = None  # the online loop's episodes
     keep: int = CHECKPOINTS_KEPT
     state: RunState = field(default_factory=RunState)
-    # the process's random generators at the last batch boundary, for the next commit
-    boundary_rng_state: dict[str, Any] | None = field(default=None, repr=False)
 
     def restore(self, state: RunState) -> int:
         """Take each store back to the commit point (checkpoints past it dropped, best/ the
@@ -204,18 +203,16 @@ class RunProtocol:
         self.run.write_state(self.state)
         self.metrics.publish(self.state.metrics_bytes)
 
-    def mark_batch_boundary(self) -> None:
-        """Take the process's random generators as they are now, between two batches: the
-        next commit saves them as they were here. A run whose next batch starts before
-        this one is committed (a rollout ahead, in another thread, seeds and draws from the
-        process-global generators) calls it before that batch starts, so that a checkpoint
-        never holds a stream of an episode in flight."""
-        self.boundary_rng_state = current_rng_state()
-
-    def commit(self, step: int, figures: Mapping[str, float] | None = None) -> None:
-        """Commit `step`, whose figures (training and held-out) the best rules read."""
-        boundary, self.boundary_rng_state = self.boundary_rng_state, None
-        with saving_rng_state(boundary):  # None: the generators as they are now
+    def commit(self, step: int, figures: Mapping[str, float] | None = None,
+               episodes: Sequence[EpisodeRecord] = (),
+               rng_state: dict[str, Any] | None = None) -> None:
+        """Commit `step`, whose figures (training and held-out) the best rules read; the
+        trackers get the step's rows and a table of its `episodes` once it is committed (a
+        step redone on resume may sample other episodes, on a GPU: the trackers show the
+        ones runs.jsonl keeps). A trainer's checkpoint saves the random generators
+        `rng_state` (the step's end, where the next step started before this commit), else
+        as they are now."""
+        with saving_rng_state(rng_state):
             for part in self.parts:
                 with part.store.write(step) as folder:
                     part.owner.save_state(folder)
@@ -228,6 +225,7 @@ class RunProtocol:
         for part in self.parts:
             _promote_best(part.store, step)
             part.store.prune(self.keep, step)
+        self.metrics.log_batch_episodes(step, episodes)
 
     @staticmethod
     def _mark_if_best(part: Part, step: int, figures: Mapping[str, float],

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from src.configuration.assignment import RESUME_SAFE_KEYS
 from src.records.episode import EpisodeRecord
 from src.storage.checkpoint_store import CheckpointStore
 from src.storage.files import DamagedRunFolder
@@ -54,13 +54,30 @@ def with_new_fields(model: type[BaseModel], stored: dict[str, Any]
     return filled, sorted(key for key in _flatten(filled) if key not in stored_keys)
 
 
-def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Dotted keys whose values differ, ignoring keys that do not change results."""
-    return [key for key in _differences(old, new) if not _resume_safe(key)]
+# Rewrites a config as read (in place) into today's spelling; the path names where it was
+# read, for errors.
+Translate = Callable[[Any, Path], None]
 
 
-def _resume_safe(key: str) -> bool:
-    return any(key == safe or key.startswith(f"{safe}.") for safe in RESUME_SAFE_KEYS)
+@dataclass(frozen=True)
+class ResumeRules:
+    """How a pipeline's runs resume: the file's dotted keys a resume may change (and every
+    key under them: those that do not change what the run computes), and how a config
+    stored in an older spelling is read (None: as it is)."""
+
+    resume_safe: frozenset[str] = frozenset()
+    translate: Translate | None = None
+
+
+NO_CHANGES = ResumeRules()  # every change refused, the stored config read as it is
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any],
+                   resume_safe: frozenset[str]) -> list[str]:
+    """Dotted keys whose values differ, ignoring `resume_safe` keys (and every key under
+    them): those that do not change results."""
+    return [key for key in _differences(old, new)
+            if not any(key == safe or key.startswith(f"{safe}.") for safe in resume_safe)]
 
 
 Row = TypeVar("Row")

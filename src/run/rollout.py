@@ -11,10 +11,9 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any, TypeVar
 
 from src.agents.agent import Agent, AgentReply
-from src.configuration.assignment import FaultPolicy
+from src.configuration.models import FaultPolicy
 from src.records.chat import ChatMessage, Role
 from src.records.episode import Episode, EpisodeStatus, Sample
-from src.run.callbacks import Callback
 from src.run.worker_thread import WorkerThread
 from src.tasks.task import Task
 
@@ -90,16 +89,15 @@ def episode_seed(random_seed: int, batch_index: int, slot: int) -> int:
 
 def roll_out_seeded(samples: Sequence[tuple[Sample, int]], task: Task[Any], agent: Agent,
                     batch_index: int, random_seed: int, faults: FaultPolicy,
-                    callbacks: Sequence[Callback] = (), first_slot: int = 0) -> list[Episode]:
+                    first_slot: int = 0) -> list[Episode]:
     """`roll_out_lockstep` of (sample, group_index) pairs, each episode seeded by its slot."""
     seeds = [episode_seed(random_seed, batch_index, slot)
              for slot in range(first_slot, first_slot + len(samples))]
-    return roll_out_lockstep(samples, task, agent, batch_index, seeds, callbacks, faults)
+    return roll_out_lockstep(samples, task, agent, batch_index, seeds, faults)
 
 
 def roll_out_lockstep(samples: Sequence[tuple[Sample, int]], task: Task[Any], agent: Agent,
                       batch_index: int, seeds: Sequence[int],
-                      callbacks: Sequence[Callback] = (),
                       faults: FaultPolicy | None = None) -> list[Episode]:
     """Run one episode per (sample, group_index), each in a new episode environment of
     `task`, until all have ended; environments are reset in the order of `samples`.
@@ -122,41 +120,16 @@ def roll_out_lockstep(samples: Sequence[tuple[Sample, int]], task: Task[Any], ag
             thread = _EnvironmentThread(f"episode-{sample.sample_id}-{group_index}",
                                         faults.step_timeout_s, faults.max_hung_calls)
             episode = Episode(sample=sample, group_index=group_index, batch_index=batch_index,
-                              task=environment)
+                              environment=environment)
             # before reset: closed even if the reset fails
             episodes.append(episode)
             threads.append(thread)
-            for callback in callbacks:
-                callback.on_session_created(episode)
-            try:
-                observation, info = thread.call(functools.partial(
-                    environment.reset, seed=seed,
-                    options={"sample": sample, "group_index": group_index}))
-            except Exception:  # a broken data row: this episode fails, the batch goes on
-                _record_failure(episode, EpisodeStatus.TASK_ERROR, "reset")
-                for callback in callbacks:
-                    callback.on_task_complete(episode)
-                continue
-            episode.add_message(Role.USER, observation)
-            episode.info.update(info)
-            if environment.ended_before_agent is not None:
-                # no turn of the agent's: nothing to score or train, in no success rate
-                episode.status = EpisodeStatus.NO_AGENT_TURN
-                episode.info["ended_before_agent"] = environment.ended_before_agent
-                for callback in callbacks:
-                    callback.on_task_complete(episode)
-                continue
-            agent.start_episode(episode)
-            for callback in callbacks:
-                callback.on_task_reset(episode)
-
+            if _reset(episode, thread, seed):
+                agent.start_episode(episode)
         thread_of = {id(episode): thread for episode, thread in zip(episodes, threads,
                                                                      strict=True)}
         while running := [episode for episode in episodes if episode.running]:
             replies = _act(agent, running, faults.model_retries)
-            if replies is not None:
-                for callback in callbacks:
-                    callback.on_agent_inference(running)
             for index, episode in enumerate(running):
                 if replies is None:
                     pass  # _act ended them
@@ -164,28 +137,58 @@ def roll_out_lockstep(samples: Sequence[tuple[Sample, int]], task: Task[Any], ag
                     _record_exchange(episode, replies[index].exchange)
                     episode.status = replies[index].status or EpisodeStatus.AGENT_CONTEXT_LIMIT
                 else:
-                    _interact(episode, replies[index], thread_of[id(episode)], callbacks)
-                if not episode.running:
-                    for callback in callbacks:
-                        callback.on_task_complete(episode)
-        groups: dict[str, list[Episode]] = {}
-        for episode in episodes:
-            groups.setdefault(episode.sample.sample_id, []).append(episode)
-        for group in groups.values():
-            # a failed episode has no outcome to score, one without an agent turn no reply
-            scored = [episode for episode in group
-                      if not episode.status.failed and episode.status.counted]
-            if scored:
-                for episode, score in zip(scored, task.score_group(scored), strict=True):
-                    episode.reward = score.reward
-                    if score.outcome is not None:
-                        episode.outcome = score.outcome
-                    episode.metrics.update(score.metrics)
-                    episode.info.update(score.info)
+                    _interact(episode, replies[index], thread_of[id(episode)])
+        _score_groups(task, episodes)
     finally:
         for episode, thread in zip(episodes, threads, strict=True):
             _close(episode, thread)
     return episodes
+
+
+def _reset(episode: Episode, thread: _EnvironmentThread, seed: int) -> bool:
+    """Reset the episode's environment in its thread; whether the agent takes a turn (not
+    where the reset failed or the episode ended before the agent's first turn)."""
+    sample, environment = episode.sample, episode.environment
+    try:
+        observation, info = thread.call(functools.partial(
+            environment.reset, seed=seed,
+            options={"sample": sample, "group_index": episode.group_index}))
+    except Exception:  # a broken data row: this episode fails, the batch goes on
+        _record_failure(episode, EpisodeStatus.TASK_ERROR, "reset")
+        return False
+    episode.add_message(Role.USER, observation)
+    episode.info.update(info)
+    if environment.ended_before_agent is not None:
+        # no turn of the agent's: nothing to score or train, in no success rate
+        episode.status = EpisodeStatus.NO_AGENT_TURN
+        episode.info["ended_before_agent"] = environment.ended_before_agent
+        return False
+    return True
+
+
+def _score_groups(task: Task[Any], episodes: list[Episode]) -> None:
+    """Each group's (episodes of one sample) group-wise scores from the family."""
+    groups: dict[str, list[Episode]] = {}
+    for episode in episodes:
+        groups.setdefault(episode.sample.sample_id, []).append(episode)
+    for group in groups.values():
+        # a failed episode has no outcome to score, one without an agent turn no reply
+        scored = [episode for episode in group
+                  if not episode.status.failed and episode.status.counted]
+        if not scored:
+            continue
+        try:
+            scores = task.score_group(scored)
+        except Exception:  # the family's scoring failed (a judge's host, say): the group's
+            for episode in scored:  # episodes fail, the batch goes on
+                _record_failure(episode, EpisodeStatus.TASK_ERROR, "score_group")
+            continue
+        for episode, score in zip(scored, scores, strict=True):
+            episode.reward = score.reward
+            if score.outcome is not None:
+                episode.outcome = score.outcome
+            episode.metrics.update(score.metrics)
+            episode.info.update(score.info)
 
 
 def _act(agent: Agent, running: list[Episode], retries: int) -> list[AgentReply] | None:
@@ -209,8 +212,7 @@ def _record_exchange(episode: Episode, exchange: Sequence[ChatMessage]) -> None:
     episode.turns += sum(message.role is Role.AGENT for message in exchange)
 
 
-def _interact(episode: Episode, reply: AgentReply, thread: _EnvironmentThread,
-              callbacks: Sequence[Callback]) -> None:
+def _interact(episode: Episode, reply: AgentReply, thread: _EnvironmentThread) -> None:
     assert reply.content is not None
     if reply.exchange:
         _record_exchange(episode, reply.exchange)
@@ -219,7 +221,7 @@ def _interact(episode: Episode, reply: AgentReply, thread: _EnvironmentThread,
         episode.turns += 1
     try:
         observation, reward, terminated, truncated, info = thread.call(
-            functools.partial(episode.task.step, reply.content))
+            functools.partial(episode.environment.step, reply.content))
     except Exception:  # the environment failed, not the model: keep the run alive
         _record_failure(episode, EpisodeStatus.TASK_ERROR, "step")
         return
@@ -230,8 +232,6 @@ def _interact(episode: Episode, reply: AgentReply, thread: _EnvironmentThread,
     episode.info.update(info["extras"])
     if episode.running:
         episode.add_message(Role.USER, observation)
-    for callback in callbacks:
-        callback.on_task_interact(episode)
 
 
 def _close(episode: Episode, thread: _EnvironmentThread) -> None:
@@ -242,7 +242,7 @@ def _close(episode: Episode, thread: _EnvironmentThread) -> None:
                        episode.sample.sample_id, episode.group_index)
     else:
         try:
-            thread.call(episode.task.close)
+            thread.call(episode.environment.close)
         except Exception:
             logger.exception("closing the environment of sample %s failed",
                              episode.sample.sample_id)

@@ -4,17 +4,20 @@ guard), and what the command line asks of it."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
 from src.configuration.errors import ConfigError
 from src.configuration.yaml_source import YamlSource
+from src.report.run_end import end_of_run_report
 from src.run.folder import RunDirectory, RunState
+from src.run.resume import ResumeRules
 from src.run.storage_guard import storage_guard
 
 Config = TypeVar("Config", bound=BaseModel)
@@ -71,22 +74,48 @@ class Stopped:
 
 
 def start_run(prepare: Callable[[], tuple[BaseModel, P, str]], config_path: Path,
-              options: RunOptions, unit: str) -> Started[P] | Stopped:
+              options: RunOptions, unit: str, rules: ResumeRules) -> Started[P] | Stopped:
     """The start-up every pipeline shares. `prepare` loads and checks the config and
-    returns it with its plan and output_dir pattern. A config error is printed with file,
-    line and key; a damaged run folder raises DamagedRunFolder, before any weights load."""
+    returns it with its plan and output_dir pattern; `rules`: how the pipeline's runs
+    resume (`Pipeline.resume_rules`). A config error is printed with
+    file, line and key; a damaged run folder raises DamagedRunFolder, before any weights
+    load."""
     try:
         config, plan, output_dir = prepare()
         if options.dry_run:
             print(plan.describe())
             print("dry run: the config is valid")
             return Stopped(0)
-        run = RunDirectory.resolve(output_dir, config, fresh=options.new_run)
+        run = RunDirectory.resolve(output_dir, config, options.new_run, rules)
         with storage_guard(run.path):
-            state = run.start(config, config_path)
+            state = run.start(config, config_path, rules)
     except ConfigError as error:
         print(f"config error: {error}", file=sys.stderr)
         return Stopped(2)
     if not run.announce(state, unit):
         return Stopped(0)
     return Started(run, state, plan)
+
+
+def train_run(prepare: Callable[[], tuple[BaseModel, P, str]], config_path: Path,
+              options: RunOptions, unit: str, rules: ResumeRules,
+              train: Callable[[Started[P]], dict[str, Any]],
+              data_errors: tuple[type[Exception], ...] = ()) -> int:
+    """A run's command from start to end, as every pipeline runs it: `start_run`, then
+    `train` under the storage guard, then the figures it returns (printed where there are
+    any) and the end-of-run report. The exit status: `start_run`'s where it stops, 2 for
+    one of the pipeline's `data_errors` (its data unreadable), else 0."""
+    started = start_run(prepare, config_path, options, unit, rules)
+    if isinstance(started, Stopped):
+        return started.exit_status
+    with storage_guard(started.run.path):
+        try:
+            shown = train(started)
+        except data_errors as error:
+            print(f"data error: {error}", file=sys.stderr)
+            return 2
+        report = end_of_run_report(started.run.path)
+    if shown:
+        print(json.dumps(shown, indent=2))
+    print(report)
+    return 0

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from src.configuration.assignment import MlflowConfig, TrackersConfig, WandbConfig
+from src.configuration.models import MlflowConfig, TrackersConfig, WandbConfig
 from src.storage.files import DamagedRunFolder, atomic_write_json, read_json
 
 IDS_FILE = "trackers.json"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
 
 from src.agents.agent import Agent
-from src.configuration.assignment import ComponentConfig, EvaluationSplits, StrictModel
+from src.configuration.models import ComponentConfig, EvaluationSplits, StrictModel
 from src.configuration.yaml_source import YamlSource, validate_keyed
 from src.language_models.language_model import TrainableLanguageModel
 from src.records.episode import Outcome
@@ -137,7 +137,7 @@ class SupervisedTrainingConfig(StrictModel):
     length-bucketed mini-batches, one optimiser step each, a checkpoint every
     `save_every_steps`, held-out evaluations and best/ by held-out success. The adapter
     (OUTPUT_DIR/training_state/best/lora_weights) starts an RL run through the language
-    model's `adapter_path`; the RL callback's `kl.reference` then chooses the KL
+    model's `adapter_path`; the RL trainer's `kl.reference` then chooses the KL
     reference: `base`, or `initial_adapter` (this adapter)."""
 
     output_dir: str

@@ -105,13 +105,13 @@ class _ToolNotingOracle(OracleAgent):
         self.results: dict[int, dict[int, tuple[ToolResult, ...]]] = {}
 
     def _start_episode(self, episode: Episode) -> None:
-        if isinstance(episode.task, ToolEnvironment) and episode.task.tool_schemas():
-            self.tools[id(episode)] = episode.task.tool_schemas()
+        if isinstance(episode.environment, ToolEnvironment) and episode.environment.tool_schemas():
+            self.tools[id(episode)] = episode.environment.tool_schemas()
             self.results[id(episode)] = {}
 
     def _act(self, episodes: Sequence[Episode]) -> list[AgentReply]:
         for episode in episodes:
-            task = episode.task
+            task = episode.environment
             if id(episode) in self.tools and isinstance(task, ToolEnvironment) \
                     and (results := task.tool_results()) is not None:
                 self.results[id(episode)][len(episode.chat) - 1] = results

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
 from src.agents.agent import Agent
 from src.configuration.errors import ConfigError
+from src.configuration.models import SECTION_RESUME_SAFE_KEYS
 from src.configuration.yaml_source import YamlSource
 from src.language_models.chat_template import (
     DemonstrationTools,
@@ -19,13 +18,11 @@ from src.language_models.chat_template import (
 )
 from src.language_models.language_model import LanguageModel, TrainableLanguageModel
 from src.language_models.tool_calls import template_renders_tools
-from src.report.run_end import end_of_run_report
 from src.run.assembly import instantiate
 from src.run.evaluation import Evaluator
 from src.run.folder import RunDirectory, RunNotFound, RunState
 from src.run.pipeline import EvaluationParts, Pipeline
-from src.run.start import RunOptions, Stopped, keyed_config, start_run
-from src.run.storage_guard import storage_guard
+from src.run.start import RunOptions, keyed_config, train_run
 from src.runtime.reproducibility import prepare_model_building
 from src.supervised_training.config import (
     SUPERVISED_TRAINING_KEY,
@@ -50,20 +47,10 @@ def run_supervised_training(source: YamlSource, options: RunOptions) -> int:
     """Validate, then train (or resume); the exit status of the command."""
     prepare = keyed_config(source, SUPERVISED_TRAINING_KEY, load_supervised_config,
                            plan_supervised_training, options.output_dir)
-    started = start_run(prepare, source.path, options, "step")
-    if isinstance(started, Stopped):
-        return started.exit_status
-    run = started.run
-    with storage_guard(run.path):
-        try:
-            summary = train(started.plan, run, started.state, options.show_progress)
-        except (DemonstrationError, RunNotFound) as error:
-            print(f"data error: {error}", file=sys.stderr)
-            return 2
-        report = end_of_run_report(run.path)
-    print(json.dumps(summary, indent=2))
-    print(report)
-    return 0
+    return train_run(prepare, source.path, options, "step", PIPELINE.resume_rules,
+                     lambda started: train(started.plan, started.run, started.state,
+                                           options.show_progress),
+                     (DemonstrationError, RunNotFound))
 
 
 def train(plan: SupervisedTrainingPlan, run: RunDirectory, state: RunState,
@@ -162,4 +149,5 @@ def build_for_evaluation(path: Path, models: dict[str, LanguageModel]) -> Evalua
 
 
 PIPELINE = Pipeline(SUPERVISED_TRAINING_KEY, run_supervised_training, build_for_evaluation,
-                    task_path=("task",), evaluation_path=("evaluation",))
+                    task_path=("task",), evaluation_path=("evaluation",),
+                    resume_safe_keys=SECTION_RESUME_SAFE_KEYS)

@@ -23,13 +23,13 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import torch
 from tqdm import tqdm
 
 from src.language_models.language_model import TrainableLanguageModel
 from src.run.folder import TRAINING_STATE, RunDirectory, RunState
 from src.run.metrics import MetricsLog
-from src.run.protocol import BestRule, Part, RunProtocol
+from src.run.protocol import BestRule, Part
+from src.run.step_loop import StepReport, Steps, evaluate_apart, run_steps
 from src.storage.checkpoint_store import CheckpointStore
 from src.storage.state import Stateful
 from src.supervised_training.config import SupervisedTrainingConfig
@@ -54,7 +54,9 @@ def length_bucketed_batches(lengths: Sequence[int], batch_size: int, window_batc
     return batches
 
 
-class SupervisedTrainer(Stateful):
+class SupervisedTrainer(Steps, Stateful):
+    unit = "step"
+
     def __init__(self, config: SupervisedTrainingConfig, language_model: TrainableLanguageModel,
                  rows: TokenRows, output_dir: Path,
                  evaluate: Callable[..., dict[str, float]] | None = None,
@@ -64,7 +66,7 @@ class SupervisedTrainer(Stateful):
         self.rows = rows
         self.store = CheckpointStore(output_dir / TRAINING_STATE)
         self.metrics = MetricsLog(output_dir)
-        self.evaluate = evaluate
+        self.evaluator = evaluate
         self.show_progress = show_progress
         training = config.training
         lengths = rows.lengths
@@ -73,80 +75,77 @@ class SupervisedTrainer(Stateful):
                              lengths, training.batch_size, training.length_bucket_batches,
                              f"{config.random_seed}-{epoch}")]
         self.steps_per_epoch = len(self.schedule) // training.epochs
-        self.total_steps = len(self.schedule)
+        self.total = len(self.schedule)
         self.learner = Learner(language_model, training.optimizer)
-        self.learner.schedule(self.total_steps)  # warmup_ratio and lr_schedule as configured
+        self.learner.schedule(self.total)  # warmup_ratio and lr_schedule as configured
         self.objective = CrossEntropyObjective("token-mean")
-        self.step = 0  # the last optimiser step taken
+        self.step_taken = 0  # the last optimiser step taken
+        # the optimiser steps since the last commit point, and the time their tokens took
+        self.window: list[StepResult] = []
+        self.window_metrics = TokenMetrics()
+        self.window_started, self.window_tokens = 0.0, 0
 
     def train(self, run: RunDirectory, state: RunState) -> dict:
         """Train the steps after the last committed one (`state.completed_batches` counts
         optimiser steps here), committing as configured; return the run's summary."""
+        return run_steps(self, run, state, self.metrics, self.show_progress)
+
+    # ---- the steps, as the step loop runs them -------------------------------------
+    def parts(self) -> list[Part]:
         evaluation = self.config.evaluation
         rule = BestRule(evaluation.best_metric) if evaluation is not None else None
-        protocol = RunProtocol(run, self.metrics, [Part(self.store, self, rule)])
-        done = protocol.restore(state)
-        if done == 0 and state.metrics_bytes == 0:
-            self._log(0, {"demonstrations": float(len(self.rows)),
-                          "demonstration_tokens": float(self.rows.batch.loss_mask.sum())},
-                      evaluation is not None and evaluation.at_start)
-            protocol.logged_start()
+        return [Part(self.store, self, rule)]
 
-        steps: list[StepResult] = []
-        token_metrics = TokenMetrics()
-        started, tokens = time.perf_counter(), 0
-        progress = tqdm(total=self.total_steps, initial=done, unit="step",
-                        disable=not self.show_progress, dynamic_ncols=True)
-        try:
-            for step in range(done + 1, self.total_steps + 1):
-                _, batch = self.schedule[step - 1]
-                steps.append(self.learner.update(self.rows, batch, self.objective,
-                                                 token_metrics))
-                self.model.mark_updated()
-                tokens += int(self.rows.batch.loss_mask[batch].sum())
-                progress.update(1)
-                progress.set_postfix(loss=f"{steps[-1].loss:.3f}")
-                if not self._commit_point(step):
-                    continue
-                metrics = {"loss": statistics.fmean(result.loss for result in steps),
-                           "grad_norm": statistics.fmean(result.grad_norm for result in steps),
-                           "learning_rate": steps[-1].learning_rate,
-                           "epoch": step / self.steps_per_epoch,
-                           "agent_tokens_per_s": tokens / (time.perf_counter() - started)}
-                metrics |= {f"train/{key}": value for key, value in token_metrics.means().items()}
-                metrics = self._log(step, metrics, self._evaluation_due(step))
-                self.step = step
-                protocol.commit(step, metrics)
-                steps, token_metrics = [], TokenMetrics()
-                started, tokens = time.perf_counter(), 0
-        finally:
-            progress.close()
-            self.metrics.close()
-        summary = {"steps": self.total_steps, "best": protocol.best(),
-                   "final": self.metrics.jsonl.read()[-1]}
-        protocol.finish(summary)
-        return summary
+    def at_start(self) -> dict[str, float]:
+        figures = {"demonstrations": float(len(self.rows)),
+                   "demonstration_tokens": float(self.rows.batch.loss_mask.sum())}
+        evaluation = self.config.evaluation
+        if evaluation is not None and evaluation.at_start and self.evaluator is not None:
+            figures |= self.evaluate(0)
+        return figures
 
-    def _evaluation_due(self, step: int) -> bool:
+    def step(self, step: int, progress: tqdm) -> StepReport:
+        """One optimiser step; at a commit point, the means of the steps since the last."""
+        if not self.window:
+            self.window_started = time.perf_counter()
+        _, batch = self.schedule[step - 1]
+        self.window.append(self.learner.update(self.rows, batch, self.objective,
+                                               self.window_metrics))
+        self.model.mark_updated()
+        self.window_tokens += int(self.rows.batch.loss_mask[batch].sum())
+        progress.update(1)
+        progress.set_postfix(loss=f"{self.window[-1].loss:.3f}")
+        if not self._commit_point(step):
+            return StepReport({}, commit=False)
+        window = self.window
+        figures = {"loss": statistics.fmean(result.loss for result in window),
+                   "grad_norm": statistics.fmean(result.grad_norm for result in window),
+                   "learning_rate": window[-1].learning_rate,
+                   "epoch": step / self.steps_per_epoch,
+                   "agent_tokens_per_s": self.window_tokens / (time.perf_counter()
+                                                               - self.window_started)}
+        figures |= {f"train/{key}": value for key, value in self.window_metrics.means().items()}
+        self.step_taken = step
+        self.window, self.window_metrics, self.window_tokens = [], TokenMetrics(), 0
+        return StepReport(figures, postfix={"loss": f"{window[-1].loss:.3f}"})
+
+    def evaluation_due(self, step: int) -> bool:
         every = self.config.evaluation.every_steps if self.config.evaluation else None
-        return step == self.total_steps or (every is not None and step % every == 0)
+        return self.evaluator is not None and (
+            step == self.total or (every is not None and step % every == 0))
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        assert self.evaluator is not None  # evaluation_due says so
+        return evaluate_apart(self.evaluator, step, self.metrics)
 
     def _commit_point(self, step: int) -> bool:
-        return (step % self.config.training.save_every_steps == 0
-                or self._evaluation_due(step))
-
-    def _log(self, step: int, metrics: dict[str, float], evaluate: bool) -> dict[str, float]:
-        """Log the step's figures, with its evaluation's where one is due; return them."""
-        if evaluate and self.evaluate is not None:
-            # Sampling reseeds torch; training's dropout must not depend on evaluation.
-            with torch.random.fork_rng():
-                metrics = metrics | self.evaluate(step, metrics=self.metrics)
-        self.metrics.log(step, metrics)
-        return metrics
+        every = self.config.evaluation.every_steps if self.config.evaluation else None
+        return (step % self.config.training.save_every_steps == 0 or step == self.total
+                or (every is not None and step % every == 0))
 
     # ---- state, as the run protocol saves and restores it -----------------------------
     def save_state(self, directory: Path) -> None:
-        self.learner.save(directory, {"step": self.step})
+        self.learner.save(directory, {"step": self.step_taken})
 
     def restore_state(self, directory: Path) -> None:
-        self.step = self.learner.restore(directory)["step"]
+        self.step_taken = self.learner.restore(directory)["step"]

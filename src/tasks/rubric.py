@@ -1,4 +1,4 @@
-"""A rubric: named reward functions with weights, scoring one reply.
+"""A rubric: named reward functions with weights, scoring one reply or a group's replies.
 
 A reward function is a plain function that returns a float. It declares what it needs by
 naming parameters among `REWARD_ARGUMENTS`, and receives only those, by keyword:
@@ -47,64 +47,58 @@ bounds its own time, and never evaluates the reply. Its failures are scored as a
 One that holds something to release (a reward model's Ray actor) has a `close()`, which
 the rubric's `close` calls; the task that built the rubric closes it with itself.
 
+`score_group` scores a group's replies at once, each as `score` would. A function that runs
+in the caller and can score many replies at once (a judge model, a reward model) has a
+method `many(arguments)`: the keyword arguments of each reply's call in, in order, and
+each reply's value (a float or a `DetailedReward`) or the exception that is its failure
+out. `score_group` asks it once for the whole group, so that the group's replies reach
+its model together (one generate call, one forward batch); it calls every other function
+reply by reply. `scores_together` says whether a rubric has such a function: a task
+whose reward has one scores its replies where a group has ended (src/tasks/task.py
+`_score_group`), each episode's last reply (`score_last_replies`, its environment a
+`RepliedEnvironment`).
+
 A `DetailedReward` may also carry `texts`, short strings kept in the episode's info under
 `reward_function_texts` -> `<name>` (a judge's prompt and verdict), which the run page
 shows with the episode; the function keeps them short.
 
-A config names a function with settings as a `RewardTerm`: a dotted path, the settings
-it is built with, and its weight.
+What a reward function takes and returns, and a function with settings as a config gives
+it (a `RewardTerm`), are src/tasks/reward_functions.py's.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import numbers
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
-
-from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
+from typing import Any, Protocol, runtime_checkable
 
 from src.configuration.components import import_dotted
-from src.records.episode import Sample
+from src.records.episode import Episode, Sample
 from src.sandboxes.bounded_call import (
     SCORER_TIMEOUT_S,
     BoundedFunction,
     BoundExceeded,
     ScorerUnavailable,
 )
-
-if TYPE_CHECKING:  # not imported: the scoring worker imports this module, and no torch
-    from src.language_models.language_model import LanguageModel
+from src.tasks.reward_functions import (
+    TIMEOUT_METRIC,
+    DetailedReward,
+    RewardFunction,
+    RewardOrError,
+    arguments_of,
+    name_of,
+)
 
 logger = logging.getLogger(__name__)
 
-REWARD_ARGUMENTS = ("reply", "answer", "sample", "sample_id", "prompt")
-TIMEOUT_METRIC = "scorer_timeout"  # 1: a function ran past its bound on the reply
-# The loop's own per-episode figures (`eval/reward`, ...) and the rubric's: a function of
-# the same name would overwrite them in the metrics.
-RESERVED_NAMES = frozenset({"reward", "success_rate", "episodes", TIMEOUT_METRIC})
 ERRORS_KEY = "reward_function_errors"
 TEXTS_KEY = "reward_function_texts"
 SCORER_TIMEOUTS_KEY = "scorer_timeouts"
 _MESSAGE_LIMIT = 500  # characters of a failure's message kept in the episode's info
-
-
-@dataclass(frozen=True)
-class DetailedReward:
-    """What a reward function may return instead of a float: the value, figures of its
-    own, reported as `<name>/<key>` and never added into the score, and texts kept in the
-    episode's info (see the module docstring)."""
-
-    value: float
-    details: Mapping[str, float] = field(default_factory=dict)
-    texts: Mapping[str, str] = field(default_factory=dict)
-
-
-RewardFunction = Callable[..., float | DetailedReward]
 
 
 @dataclass(frozen=True)
@@ -151,6 +145,7 @@ class _Entry:
     bounded: BoundedFunction | None  # `call` in the worker; None: it runs in the caller
     weight: float
     arguments: frozenset[str]  # what the function is given, by keyword
+    together: bool  # it runs in the caller and scores many replies at once (`many`)
 
 
 class _Call:
@@ -162,9 +157,22 @@ class _Call:
         self.__name__ = name
 
     def __call__(self, given: dict[str, Any]) -> float | DetailedReward:
+        return self.function(**self._read_only(given))
+
+    @property
+    def scores_many(self) -> bool:
+        """Whether the function scores many replies at once (`many`): see the module
+        docstring."""
+        return callable(getattr(self.function, "many", None))
+
+    def many(self, given: Sequence[dict[str, Any]]) -> list[RewardOrError]:
+        return self.function.many([self._read_only(arguments) for arguments in given])
+
+    @staticmethod
+    def _read_only(given: dict[str, Any]) -> dict[str, Any]:
         if "sample" in given:
-            given = given | {"sample": MappingProxyType(given["sample"])}
-        return self.function(**given)
+            return given | {"sample": MappingProxyType(given["sample"])}
+        return given
 
 
 class Rubric:
@@ -184,13 +192,13 @@ class Rubric:
         entries: list[_Entry] = []
         for func, weight in zip(funcs, weights, strict=True):
             function = import_dotted(func) if isinstance(func, str) else func
-            name = _name_of(function)
+            name = name_of(function)
             if any(entry.name == name for entry in entries):
                 raise ValueError(f"two reward functions are named '{name}': metrics are "
                                  "reported by name, so each needs its own")
             if not math.isfinite(weight):
                 raise ValueError(f"reward function '{name}': weight {weight} is not finite")
-            arguments = _arguments_of(name, function)
+            arguments = arguments_of(name, function)
             call = _Call(function, name)
             bounded = None
             if getattr(function, "runs_in_caller", False) is not True:
@@ -199,7 +207,8 @@ class Rubric:
                         call, read_paths=getattr(function, "read_paths", ()))
                 except ValueError as error:
                     raise ValueError(f"reward function {error}") from error
-            entries.append(_Entry(name, call, bounded, float(weight), arguments))
+            entries.append(_Entry(name, call, bounded, float(weight), arguments,
+                                  bounded is None and call.scores_many))
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         self._entries = tuple(entries)
@@ -210,6 +219,12 @@ class Rubric:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(entry.name for entry in self._entries)
+
+    @property
+    def scores_together(self) -> bool:
+        """Whether a function scores a group's replies at once (`score_group` asks it
+        once): a judge model, a reward model."""
+        return any(entry.together for entry in self._entries)
 
     @property
     def arguments(self) -> frozenset[str]:
@@ -227,46 +242,88 @@ class Rubric:
     def score(self, reply: str, sample: Sample, prompt: str) -> RubricScore:
         """Every function on `reply` to `sample`, asked as `prompt`. Raises for what a
         function does only without `catch_errors`: see the module docstring."""
-        given = {"reply": reply, "answer": sample.data.get("answer"),
-                 "sample": dict(sample.data), "sample_id": sample.sample_id,
-                 "prompt": prompt}
-        values: dict[str, float] = {}
-        errors: dict[str, str] = {}
-        details: dict[str, float] = {}
-        timeouts: list[str] = []
-        texts: dict[str, dict[str, str]] = {}
+        return self._scores([_given(reply, sample, prompt)], together=False)[0]
+
+    def score_group(self, replies: Sequence[str], samples: Sequence[Sample],
+                    prompts: Sequence[str]) -> list[RubricScore]:
+        """`score` of each reply to its sample, asked as its prompt, with each function
+        that scores many at once asked once for them all: see the module docstring."""
+        if not len(replies) == len(samples) == len(prompts):
+            raise ValueError(f"{len(replies)} replies, {len(samples)} samples and "
+                             f"{len(prompts)} prompts: give one of each per reply")
+        return self._scores([_given(reply, sample, prompt) for reply, sample, prompt
+                             in zip(replies, samples, prompts, strict=True)], together=True)
+
+    def _scores(self, given: list[dict[str, Any]], together: bool) -> list[RubricScore]:
+        """The scores of the replies that `given` holds the arguments of, each function
+        asked for them all at once where `together` and it can."""
+        tallies = [_Tally() for _ in given]
         for entry in self._entries:
-            arguments = {key: given[key] for key in entry.arguments}
+            asked = [{key: arguments[key] for key in entry.arguments} for arguments in given]
+            if together and entry.together:
+                outcomes = self._many(entry, asked)
+            else:
+                outcomes = [self._outcome(entry, arguments) for arguments in asked]
+            for tally, outcome in zip(tallies, outcomes, strict=True):
+                self._add(entry, outcome, tally)
+        return [RubricScore(
+            score=sum(entry.weight * tally.values[entry.name] for entry in self._entries),
+            values=tally.values, errors=tally.errors, details=tally.details,
+            counts_errors=self.catch_errors, timeouts=tuple(tally.timeouts),
+            texts=tally.texts) for tally in tallies]
+
+    def _outcome(self, entry: _Entry, arguments: dict[str, Any]) -> RewardOrError:
+        """What the function gave for one reply, or the exception it raised."""
+        try:
+            return (entry.call(arguments) if entry.bounded is None
+                    else entry.bounded(arguments, timeout_s=self.timeout_s))
+        except ScorerUnavailable:  # the host's failure, not the reply's
+            raise
+        except Exception as error:  # untrusted replies: see the module docstring
+            return error
+
+    @staticmethod
+    def _many(entry: _Entry, asked: list[dict[str, Any]]) -> list[RewardOrError]:
+        """What the function gave for each reply, asked once for them all; its failure
+        as a whole is each reply's."""
+        try:
+            outcomes = entry.call.many(asked)
+            if len(outcomes) != len(asked):
+                raise RuntimeError(f"many() gave {len(outcomes)} outcomes for {len(asked)} "
+                                   "replies")
+        except Exception as error:
+            return [error] * len(asked)
+        return outcomes
+
+    def _add(self, entry: _Entry, outcome: RewardOrError, tally: _Tally) -> None:
+        """A function's outcome on one reply into the reply's tally: its value and what
+        it reports, or 0 and its failure (raised without `catch_errors`)."""
+        if not isinstance(outcome, Exception):
             try:
-                result = (entry.call(arguments) if entry.bounded is None
-                          else entry.bounded(arguments, timeout_s=self.timeout_s))
-                values[entry.name], own = self._checked(result)
-            except ScorerUnavailable:  # the host's failure, not the reply's
-                raise
-            except Exception as error:  # untrusted replies: see the module docstring
-                overran = isinstance(error, BoundExceeded)
-                if overran:
-                    timeouts.append(entry.name)
-                    logger.warning("reward function '%s': %s; scored 0", entry.name, error)
-                elif not self.catch_errors:
-                    raise
-                values[entry.name] = 0.0
-                if not self.catch_errors:
-                    continue
-                errors[entry.name] = f"{type(error).__name__}: {error}"[:_MESSAGE_LIMIT]
-                if not overran and entry.name not in self._failed:
-                    self._failed.add(entry.name)
-                    logger.warning("reward function '%s' failed (scored 0; later failures "
-                                   "only counted in metric %s/error)", entry.name,
-                                   entry.name, exc_info=True)
-                continue
-            details.update((f"{entry.name}/{key}", value) for key, value in own.items())
-            if isinstance(result, DetailedReward) and result.texts:
-                texts[entry.name] = dict(result.texts)
-        score = sum(entry.weight * values[entry.name] for entry in self._entries)
-        return RubricScore(score=score, values=values, errors=errors, details=details,
-                           counts_errors=self.catch_errors, timeouts=tuple(timeouts),
-                           texts=texts)
+                tally.values[entry.name], own = self._checked(outcome)
+            except Exception as error:
+                outcome = error
+            else:
+                tally.details.update((f"{entry.name}/{key}", value)
+                                     for key, value in own.items())
+                if isinstance(outcome, DetailedReward) and outcome.texts:
+                    tally.texts[entry.name] = dict(outcome.texts)
+                return
+        overran = isinstance(outcome, BoundExceeded)
+        if overran:
+            tally.timeouts.append(entry.name)
+            logger.warning("reward function '%s': %s; scored 0", entry.name, outcome)
+        elif not self.catch_errors:
+            raise outcome
+        tally.values[entry.name] = 0.0
+        if not self.catch_errors:
+            return
+        tally.errors[entry.name] = f"{type(outcome).__name__}: {outcome}"[:_MESSAGE_LIMIT]
+        if not overran and entry.name not in self._failed:
+            self._failed.add(entry.name)
+            logger.warning("reward function '%s' failed (scored 0; later failures only "
+                           "counted in metric %s/error)", entry.name, entry.name,
+                           exc_info=outcome)
 
     def _checked(self, result: Any) -> tuple[float, dict[str, float]]:
         """The value and the details of what a function returned; TypeError or ValueError
@@ -291,92 +348,47 @@ class Rubric:
         return float(value), {key: float(figure) for key, figure in details.items()}
 
 
-class RewardTerm(BaseModel):
-    """A reward function as a config gives it with settings: `function` by dotted path,
-    called with `parameters` where they are given (a class, such as a judge, that builds
-    the reward function), and its weight in the rubric. The path is imported, and the
-    parameters checked against the class's `settings_model` (a pydantic model) where it
-    has one, when the term is read: a config's dry run finds their mistakes.
+@dataclass
+class _Tally:
+    """One reply's scoring as the functions are asked: see `RubricScore`."""
 
-    Settings may name language models of the run (a judge's `language_model`): the class
-    says which by a classmethod `language_model_names(parameters)` (the setting naming
-    each -> its name). A run checks the names against its `language_model_list` and gives
-    the term the live models (`with_language_models`, src/run/assembly.py); the class is
-    then built with `language_models={name: model}` beside its parameters."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    function: str  # a dotted path: a reward function, or what builds one from `parameters`
-    weight: float = 1.0
-    parameters: dict[str, Any] | None = None  # None: `function` is the reward function
-    # the live language models its settings name, by name (`with_language_models`)
-    _language_models: dict[str, Any] = PrivateAttr(default_factory=dict)
-
-    @model_validator(mode="after")
-    def check_function(self) -> RewardTerm:
-        try:
-            target = import_dotted(self.function)
-        except ImportError as error:
-            raise ValueError(f"function '{self.function}': {error}") from error
-        settings_model = getattr(target, "settings_model", None)
-        if self.parameters is not None and settings_model is not None:
-            settings_model.model_validate(self.parameters)
-        return self
-
-    def language_model_names(self) -> dict[str, str]:
-        """The run's language models that the settings name, by the setting naming each."""
-        names = getattr(import_dotted(self.function), "language_model_names", None)
-        return {} if names is None or self.parameters is None else dict(names(self.parameters))
-
-    def with_language_models(self, models: Mapping[str, LanguageModel]) -> RewardTerm:
-        """This term, to be built with `models` (the run's, by name)."""
-        term = self.model_copy()
-        term._language_models = dict(models)
-        return term
-
-    def build(self) -> RewardFunction:
-        target = import_dotted(self.function)
-        if self.parameters is None:
-            return target
-        named = set(self.language_model_names().values())
-        if not named:
-            return target(**self.parameters)
-        missing = sorted(named - set(self._language_models))
-        if missing:
-            raise ValueError(f"reward function {self.function} names language models "
-                             f"{missing}, which it was not given (a run gives those of its "
-                             "language_model_list; in Python, `with_language_models`)")
-        return target(**self.parameters,
-                      language_models={name: self._language_models[name] for name in named})
+    values: dict[str, float] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    details: dict[str, float] = field(default_factory=dict)
+    timeouts: list[str] = field(default_factory=list)
+    texts: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
-def _name_of(function: Any) -> str:
-    name = getattr(function, "__name__", None)
-    if not callable(function) or not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"reward function {function!r:.80} has no name to report it by "
-                         "(a lambda, a partial): write it as a def")
-    if name in RESERVED_NAMES:
-        raise ValueError(f"reward function '{name}': the loop reports its own '{name}' "
-                         f"figure; rename the function (reserved: {sorted(RESERVED_NAMES)})")
-    return name
+@runtime_checkable
+class RepliedEnvironment(Protocol):
+    """An episode environment that keeps the reply it last stepped (None before the first)
+    and the prompt it asked, for its family to score where the group has ended."""
+
+    last_reply: str | None
+
+    @property
+    def prompt(self) -> str: ...
 
 
-def _arguments_of(name: str, function: RewardFunction) -> frozenset[str]:
-    """The names among REWARD_ARGUMENTS that `function` takes; ValueError for a parameter
-    the rubric cannot fill."""
-    try:
-        parameters = inspect.signature(function).parameters.values()
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"reward function '{name}': no signature to read ({error})") from error
-    takes_all = any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters)
-    taken: set[str] = set(REWARD_ARGUMENTS) if takes_all else set()
-    for parameter in parameters:  # with **kwargs too: a named parameter must be fillable
-        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
-            continue
-        if parameter.name in REWARD_ARGUMENTS and parameter.kind is not parameter.POSITIONAL_ONLY:
-            taken.add(parameter.name)
-        elif parameter.default is parameter.empty:
-            raise ValueError(f"reward function '{name}' takes '{parameter.name}', which a "
-                             f"rubric cannot give (it gives by keyword: "
-                             f"{', '.join(REWARD_ARGUMENTS)})")
-    return frozenset(taken)
+def score_last_replies(rubric: Rubric, episodes: Sequence[Episode]
+                       ) -> list[RubricScore | None]:
+    """`rubric`'s scores of each episode's last reply, the group's scored together
+    (`Rubric.score_group`); None for an episode whose environment stepped no reply."""
+    replied = [(index, episode.environment) for index, episode in enumerate(episodes)
+               if isinstance(episode.environment, RepliedEnvironment)
+               and episode.environment.last_reply is not None]
+    scored = rubric.score_group([environment.last_reply or "" for _, environment in replied],
+                                [episodes[index].sample for index, _ in replied],
+                                [environment.prompt for _, environment in replied])
+    scores: list[RubricScore | None] = [None] * len(episodes)
+    for (index, _), score in zip(replied, scored, strict=True):
+        scores[index] = score
+    return scores
+
+
+def _given(reply: str, sample: Sample, prompt: str) -> dict[str, Any]:
+    """Every argument a function may take, for one reply (see REWARD_ARGUMENTS)."""
+    return {"reply": reply, "answer": sample.data.get("answer"), "sample": dict(sample.data),
+            "sample_id": sample.sample_id, "prompt": prompt}
+
+

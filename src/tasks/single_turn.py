@@ -27,6 +27,12 @@ as a list of `RewardTerm`s (src/tasks/rubric.py):
         - function: src.tasks.model_rewards.judge.Judge
           weight: 0.5
           parameters: {name: helpful, base_url: "http://localhost:8000/v1", ...}
+
+A rubric with such a function (one that scores many replies at once: a judge, a reward
+model; `Rubric.scores_together`) scores the replies where their group has ended
+(`_score_group`), the group's together, so that they reach the model in one call; the
+step then ends the episode with reward 0, and the group's scoring gives the reward, the
+figures and the outcome.
 """
 
 from __future__ import annotations
@@ -36,12 +42,14 @@ import string
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from src.configuration.components import import_dotted
-from src.records.episode import Outcome, Sample
-from src.tasks.rubric import RewardTerm, Rubric
+from src.configuration.components import COMPONENTS, import_dotted
+from src.records.episode import Episode, Outcome, Sample
+from src.tasks.reward_functions import RewardTerm
+from src.tasks.rubric import Rubric, score_last_replies
 from src.tasks.task import (
     SPLITS,
     EpisodeEnv,
+    EpisodeScore,
     StepOutcome,
     Task,
     parse_split_sample_id,
@@ -55,6 +63,7 @@ OracleFunction = Callable[[Mapping[str, Any]], str]
 _THRESHOLD_TOLERANCE = 1e-9
 
 
+@COMPONENTS.register("single_turn")
 class SingleTurnTask(Task["SingleTurnEpisode"]):
     """One prompt per sample, one reply, scored by a rubric. The reward is the rubric's
     score; the outcome is correct when the score reaches `threshold`. Each reward
@@ -124,18 +133,37 @@ class SingleTurnTask(Task["SingleTurnEpisode"]):
     def close(self) -> None:
         self.rubric.close()  # a reward model's Ray actor stops with the run's task
 
+    def _score_group(self, episodes: Sequence[Episode]) -> list[EpisodeScore]:
+        """The group's replies scored together, where the rubric scores them so (see the
+        module docstring); else each episode keeps the reward its step gave."""
+        if not self.rubric.scores_together:
+            return super()._score_group(episodes)
+        return [EpisodeScore(episode.reward) if scored is None else
+                EpisodeScore(episode.reward + scored.score, scored.metrics(), scored.info())
+                for episode, scored in zip(episodes, score_last_replies(self.rubric, episodes),
+                                           strict=True)]
+
 
 class SingleTurnEpisode(EpisodeEnv[SingleTurnTask]):
     """One prompt, one reply scored by the family's rubric; the episode then ends."""
 
     _prompt = ""
+    last_reply: str | None = None  # the reply stepped (None before it)
+
+    @property
+    def prompt(self) -> str:
+        return self._prompt
 
     def _reset(self, sample: Sample) -> str:
         self._prompt = self.family.prompt(sample.data)
+        self.last_reply = None
         return self._prompt
 
     def _step(self, action: str) -> StepOutcome:
         assert self.sample is not None
+        self.last_reply = action
+        if self.family.rubric.scores_together:  # scored with its group: `_score_group`
+            return StepOutcome("", terminated=True)
         scored = self.family.rubric.score(action, self.sample, self._prompt)
         return StepOutcome("", reward=scored.score, terminated=True,
                            outcome=self.family.outcome_of_reward(scored.score),

@@ -14,7 +14,8 @@ every task. A round's figures travel as typed metrics by name (`StepOutcome.metr
 the step's `StepInfo`), which the loop logs as means under `rollout/<name>`, `eval/<name>`.
 
 Numbered samples use one id scheme, `<split>-NNNNNN` (`split_sample_ids`,
-`parse_split_sample_id`). Splits: "train" is trained on; "validation" is the held-out set
+`parse_split_sample_id`); a family takes how many each split holds, and their seed, as one
+settings group (src/tasks/splits.py). Splits: "train" is trained on; "validation" is the held-out set
 whose figures a run reports; "selection", which a task may leave empty, is a second
 held-out draw for choices made while training (the stopping step), so that the reported
 validation figure was never used to choose anything.

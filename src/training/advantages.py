@@ -2,16 +2,17 @@
 
 Each turns the returns R of a batch and the group id of each completion into one
 advantage per completion. A group whose returns are all equal carries no signal and
-gets A = 0 exactly (src.maths.groups). A new estimator is one class here and one entry
-in ADVANTAGE_ESTIMATORS.
+gets A = 0 exactly (src.maths.groups). A new estimator is one class here, registered by
+its name in ADVANTAGE_ESTIMATORS: `advantage.estimator` accepts every registered name.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
+from src.configuration.registry import RegisteredName, Registry
 from src.maths.groups import EPS, group_statistics, group_zscore
 
 BaselineKind = Literal["none", "running_mean", "group_mean"]
@@ -20,7 +21,6 @@ BaselineKind = Literal["none", "running_mean", "group_mean"]
 class AdvantageEstimator:
     """A = f(R, groups). Stateful estimators (a running baseline) save their state."""
 
-    name: ClassVar[str]
     # A is relative to the group: a group with equal returns has no signal (A = 0)
     group_relative: bool = True
 
@@ -34,6 +34,10 @@ class AdvantageEstimator:
         return None
 
 
+ADVANTAGE_ESTIMATORS: Registry[type[AdvantageEstimator]] = Registry("advantage estimator")
+AdvantageEstimatorName = Annotated[str, RegisteredName(ADVANTAGE_ESTIMATORS)]
+
+
 def _centred(returns: torch.Tensor, group_ids: torch.Tensor,
              baseline_of_member: torch.Tensor) -> torch.Tensor:
     """R - baseline, 0 in groups with equal returns, R for a group of one."""
@@ -43,29 +47,26 @@ def _centred(returns: torch.Tensor, group_ids: torch.Tensor,
     return torch.where(size == 1, values, result).to(returns.dtype)
 
 
+@ADVANTAGE_ESTIMATORS.register("grpo")
 class GRPO(AdvantageEstimator):
     """A_i = (R_i - mean_g) / (std_g + eps), std unbiased; a group of one keeps A = R."""
-
-    name = "grpo"
 
     def __call__(self, returns: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
         return group_zscore(returns, group_ids)
 
 
+@ADVANTAGE_ESTIMATORS.register("dr_grpo")
 class DrGRPO(AdvantageEstimator):
     """A_i = R_i - mean_g (Dr. GRPO: no division by the group's std)."""
-
-    name = "dr_grpo"
 
     def __call__(self, returns: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
         mean, _, _, _ = group_statistics(returns, group_ids)
         return _centred(returns, group_ids, mean)
 
 
+@ADVANTAGE_ESTIMATORS.register("rloo")
 class RLOO(AdvantageEstimator):
     """A_i = R_i - mean of the other G-1 returns of its group."""
-
-    name = "rloo"
 
     def __call__(self, returns: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
         mean, _, size, _ = group_statistics(returns, group_ids)
@@ -73,11 +74,10 @@ class RLOO(AdvantageEstimator):
         return _centred(returns, group_ids, others)
 
 
+@ADVANTAGE_ESTIMATORS.register("reinforce")
 class Reinforce(AdvantageEstimator):
     """A_i = R_i - b: b = 0, the group mean, or a running mean (EMA with `decay`) of the
     batches before this one (updated after use, so a batch never sees its own mean)."""
-
-    name = "reinforce"
 
     def __init__(self, baseline: BaselineKind = "running_mean", decay: float = 0.9) -> None:
         self.group_relative = baseline == "group_mean"
@@ -110,7 +110,3 @@ def whiten(values: torch.Tensor) -> torch.Tensor:
     if values.numel() < 2 or bool(numbers.max() == numbers.min()):
         return torch.zeros_like(values)
     return ((numbers - numbers.mean()) / (numbers.std(unbiased=True) + EPS)).to(values.dtype)
-
-
-ADVANTAGE_ESTIMATORS: dict[str, type[AdvantageEstimator]] = {
-    estimator.name: estimator for estimator in (GRPO, DrGRPO, RLOO, Reinforce)}

@@ -1,4 +1,4 @@
-"""Optimiser plumbing shared by the online RL callback and the offline group trainer."""
+"""Optimiser plumbing shared by the online RL trainer and the offline group trainer."""
 
 from __future__ import annotations
 

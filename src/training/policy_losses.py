@@ -3,15 +3,18 @@
 Notation: logp / old are per-token log-probs of the current policy and of the policy the
 ratio is taken against, A the advantage broadcast over tokens ([rows, 1]), m the loss
 mask. Each loss returns per-token values that the aggregation reduces, and which tokens
-the clip made inactive. A new loss is one class here and one entry in POLICY_LOSSES.
+the clip made inactive. A new loss is one class here, registered by its name in
+POLICY_LOSSES: `ppo.loss` accepts every registered name.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Annotated
 
 import torch
+
+from src.configuration.registry import RegisteredName, Registry
 
 LOG_RATIO_LIMIT = 20.0
 
@@ -45,8 +48,6 @@ def _clipped_surrogate(ratio: torch.Tensor, advantage: torch.Tensor, clip: ClipR
 
 
 class PolicyLossFunction:
-    name: ClassVar[str]
-
     def __init__(self, clip: ClipRange | None = None) -> None:
         self.clip = clip or ClipRange()
 
@@ -55,11 +56,14 @@ class PolicyLossFunction:
         raise NotImplementedError
 
 
+POLICY_LOSSES: Registry[type[PolicyLossFunction]] = Registry("policy loss")
+PolicyLossName = Annotated[str, RegisteredName(POLICY_LOSSES)]
+
+
+@POLICY_LOSSES.register("ppo_clip")
 class PPOClip(PolicyLossFunction):
     """Token ratio r_t = exp(clamp(logp_t - old_t, -20, 20)) in the clipped surrogate. With
     one update per batch r = 1, but the gradient is the policy gradient, not zero."""
-
-    name = "ppo_clip"
 
     def __call__(self, logp: torch.Tensor, old: torch.Tensor, advantage: torch.Tensor,
                  mask: torch.Tensor) -> PolicyLoss:
@@ -67,10 +71,9 @@ class PPOClip(PolicyLossFunction):
         return _clipped_surrogate(ratio, advantage, self.clip)
 
 
+@POLICY_LOSSES.register("reinforce")
 class PolicyGradient(PolicyLossFunction):
     """L_t = -A logp_t: the plain policy gradient, no ratio."""
-
-    name = "reinforce"
 
     def __call__(self, logp: torch.Tensor, old: torch.Tensor, advantage: torch.Tensor,
                  mask: torch.Tensor) -> PolicyLoss:
@@ -78,6 +81,7 @@ class PolicyGradient(PolicyLossFunction):
         return PolicyLoss(per_token=-advantage * logp, clipped_low=never, clipped_high=never)
 
 
+@POLICY_LOSSES.register("gspo")
 class GSPO(PolicyLossFunction):
     """GSPO (arXiv 2507.18071), its token form: s_i = exp(mean over i's masked tokens of
     (logp - old)); each token's ratio is sg[s_i] * pi_t / sg[pi_t], so every token of a
@@ -87,15 +91,9 @@ class GSPO(PolicyLossFunction):
     is eps_l = 3e-4, eps_h = 4e-4; without off-policy data (one update per batch) it
     equals GRPO."""
 
-    name = "gspo"
-
     def __call__(self, logp: torch.Tensor, old: torch.Tensor, advantage: torch.Tensor,
                  mask: torch.Tensor) -> PolicyLoss:
         log_ratio = ((logp - old) * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
         sequence_ratio = torch.exp(torch.clamp(log_ratio, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
         ratio = sequence_ratio.detach()[:, None] * torch.exp(logp - logp.detach())
         return _clipped_surrogate(ratio, advantage, self.clip)
-
-
-POLICY_LOSSES: dict[str, type[PolicyLossFunction]] = {
-    loss.name: loss for loss in (PPOClip, PolicyGradient, GSPO)}

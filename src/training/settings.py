@@ -7,10 +7,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from src.training.advantages import AdvantageEstimatorName
 from src.training.aggregation import LossAggregation
 from src.training.kl import KLEstimator
 from src.training.mismatch import Correction, Level
 from src.training.optimisation import LearningRateSchedule
+from src.training.policy_losses import PolicyLossName
 
 
 class _Settings(BaseModel):
@@ -19,7 +21,7 @@ class _Settings(BaseModel):
 
 class OptimizerSettings(_Settings):
     """One optimiser step per mini-batch; micro-batches only bound memory. The defaults
-    are the RL callback's; the supervised stage has its own (its `optimizer`)."""
+    are the RL trainer's; the supervised stage has its own (its `optimizer`)."""
 
     optimizer_class: str = "AdamW"  # a torch.optim name or a dotted path
     learning_rate: float = 1e-5
@@ -43,7 +45,7 @@ class AdvantageSettings(_Settings):
 
     # grpo: (R - group mean) / group std; dr_grpo: R - group mean; rloo: R - mean of the
     # group's others; reinforce: R - `reinforce_baseline`
-    estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce"] = "grpo"
+    estimator: AdvantageEstimatorName = "grpo"
     # running_mean: an EMA of earlier batches' mean return (never the batch's own)
     reinforce_baseline: Literal["none", "running_mean", "group_mean"] = "running_mean"
     baseline_decay: float = Field(0.9, ge=0.0, le=1.0)  # the running mean's decay
@@ -74,7 +76,7 @@ class PPOSettings(_Settings):
     # ppo_clip: each token's ratio in the clipped surrogate; reinforce: -A logp, no ratio;
     # gspo: one ratio per sequence (the geometric mean of its tokens'), clipped as a whole;
     # the GSPO paper's range is clip_ratio_low: 3e-4, clip_ratio_high: 4e-4
-    loss: Literal["ppo_clip", "reinforce", "gspo"] = "ppo_clip"
+    loss: PolicyLossName = "ppo_clip"
     clip_ratio_low: float = 0.2  # in [0, 1): the ratio's floor is 1 - clip_ratio_low
     clip_ratio_high: float = 0.2  # the ratio's ceiling is 1 + clip_ratio_high
     dual_clip: float | None = 3.0  # > 1: bounds a negative advantage's loss at -A c

@@ -11,6 +11,7 @@ from src.records.episode import Outcome
 from src.run.rollout import roll_out_lockstep
 from src.run_experiment import main
 from src.tasks.instance.math_problems.task import MathProblemsTask
+from src.tasks.splits import Splits
 from tests.agents.scripted_model import ScriptedLanguageModel
 
 
@@ -22,7 +23,7 @@ def replies(model: ScriptedLanguageModel, texts: list[str]) -> list[tuple[list[i
 
 def test_successes_are_replayed_in_later_episodes_and_survive_a_restore_with_scripted_model(
         tiny_model_path: Path, tmp_path: Path) -> None:
-    task = MathProblemsTask(max_round=1, num_train=4, num_validation=2)
+    task = MathProblemsTask(max_round=1, splits=Splits(num_train=4, num_validation=2))
     first, second, third = (task.get_sample(f"train-{index:06d}") for index in range(3))
     check = task.get_sample("validation-000000")
     right = f"The answer is \\boxed{{{first.data['answer']}}}."

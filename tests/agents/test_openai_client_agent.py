@@ -19,6 +19,7 @@ from src.language_models.instance.huggingface_lora_language_model import (  # no
 from src.records.episode import EpisodeStatus  # noqa: E402
 from src.run.rollout import roll_out_lockstep  # noqa: E402
 from src.tasks.instance.math_problems.task import MathProblemsTask  # noqa: E402
+from src.tasks.splits import Splits
 
 RESPONSES: list[dict] = []  # every response the test agents received
 _LOCK = threading.Lock()
@@ -116,7 +117,7 @@ def model(tiny_model_path: Path) -> HuggingfaceLoRALanguageModel:
 
 def roll_out(model, function: str, episodes: int = 4, max_round: int = 2):
     agent = OpenAIClientAgent(model, f"{__name__}.{function}", max_new_tokens=12)
-    task = MathProblemsTask(max_round=max_round, num_train=8, num_validation=2)
+    task = MathProblemsTask(max_round=max_round, splits=Splits(num_train=8, num_validation=2))
     samples = [(task.get_sample(f"train-{i:06d}"), 0) for i in range(episodes)]
     try:
         return agent, roll_out_lockstep(samples, task, agent, 0, list(range(episodes)))
@@ -203,7 +204,7 @@ def test_concurrent_calls_of_one_episode_are_refused_one_answered(model) -> None
     CONCURRENT.clear()
     SECOND_CALL_ANSWERED.clear()
     agent = OpenAIClientAgent(model, f"{__name__}.concurrent_agent", max_new_tokens=12)
-    task = MathProblemsTask(max_round=1, num_train=8, num_validation=2)
+    task = MathProblemsTask(max_round=1, splits=Splits(num_train=8, num_validation=2))
     calling, waiting = task.get_sample("train-000000"), task.get_sample("train-000001")
     waiting = waiting.model_copy(update={"data": {**waiting.data, "question": "1 + 1 (waits)"}})
     try:

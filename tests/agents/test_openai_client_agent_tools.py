@@ -19,6 +19,7 @@ from src.language_models.tool_calls import hermes_text  # noqa: E402
 from src.records.episode import Episode, EpisodeStatus, Outcome  # noqa: E402
 from src.run.rollout import roll_out_lockstep  # noqa: E402
 from src.tasks.instance.math_python_tool.task import MathPythonToolTask  # noqa: E402
+from src.tasks.splits import Splits
 from tests.agents.openai_endpoint.test_tool_calls import TOOL_TEMPLATE  # noqa: E402
 from tests.agents.scripted_model import ScriptedLanguageModel  # noqa: E402
 
@@ -46,7 +47,7 @@ def python(code: str) -> str:
 
 @pytest.fixture(scope="module")
 def task() -> Iterator[MathPythonToolTask]:
-    family = MathPythonToolTask(num_train=2, num_validation=2, max_round=4)
+    family = MathPythonToolTask(splits=Splits(num_train=2, num_validation=2), max_round=4)
     yield family
     family.close()
 

@@ -6,7 +6,7 @@ import pytest
 
 from src.configuration.errors import ConfigError
 from src.configuration.yaml_source import YamlSource
-from src.run.assembly import load_experiment_config, plan_experiment
+from src.online_training.plan import load_online_config, plan_online_training
 
 VALID = """\
 assignment_config:
@@ -28,14 +28,14 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def plan(path: Path):
-    config, source = load_experiment_config(path)
-    return plan_experiment(config, source)
+    config, source = load_online_config(path)
+    return plan_online_training(config, source)
 
 
 def test_valid_assignment_plans(tmp_path: Path) -> None:
     result = plan(write(tmp_path, VALID.format(output=tmp_path / "out")))
     assert result.task.cls.__name__ == "MathProblemsTask"
-    assert result.task.parameters["num_train"] == 4
+    assert result.task.parameters["splits"].num_train == 4
 
 
 def test_unknown_key_names_path_file_and_line(tmp_path: Path) -> None:

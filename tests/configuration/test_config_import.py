@@ -9,7 +9,7 @@ import pytest
 
 from src.configuration.errors import ConfigError
 from src.configuration.yaml_source import YamlSource
-from src.run.assembly import load_experiment_config, plan_experiment
+from src.online_training.plan import load_online_config, plan_online_training
 from tests.configuration.test_config_errors import VALID
 from tests.conftest import PROJECT_ROOT
 
@@ -36,7 +36,7 @@ def test_mappings_merge_and_other_values_replace(tmp_path: Path) -> None:
     assert config["rollout"] == {"batch_size": 2, "group_size": 4}
     assert config["task"]["parameters"] == {"num_train": 4, "num_validation": 2, "levels": [3]}
     assert config["agent"] == {"name": "oracle_agent"}
-    plan = plan_experiment(*load_experiment_config(child))
+    plan = plan_online_training(*load_online_config(child))
     assert plan.task.parameters["levels"] == [3]
 
 
@@ -60,7 +60,7 @@ def test_an_error_in_an_imported_key_names_the_imported_file_and_line(tmp_path: 
     child = write(tmp_path, "child.yaml", "import: base.yaml\n"
                                           "assignment_config: {rollout: {group_size: 4}}\n")
     with pytest.raises(ConfigError) as error:
-        plan_experiment(*load_experiment_config(child))
+        plan_online_training(*load_online_config(child))
     assert error.value.file == str(base) and error.value.line == 6
     assert "task.parameters.num_train" in str(error.value)
 
@@ -70,7 +70,7 @@ def test_an_error_in_an_own_key_names_the_importing_file(tmp_path: Path) -> None
     child = write(tmp_path, "child.yaml", "import: base.yaml\nassignment_config:\n"
                                           "  rollout: {group_size: many}\n")
     with pytest.raises(ConfigError) as error:
-        plan_experiment(*load_experiment_config(child))
+        plan_online_training(*load_online_config(child))
     assert (error.value.file, error.value.line) == (str(child), 3)
     assert "rollout.group_size" in str(error.value)
 
@@ -110,9 +110,10 @@ def test_a_mapping_tagged_replace_takes_the_imported_ones_place(tmp_path: Path) 
     assert config["task"] == {"name": "math_problems", "parameters": {"num_validation": 3}}
     assert type(config["task"]) is dict  # the mark is gone once merged
     assert config["rollout"] == {"batch_size": 2, "group_size": 4}  # untagged: merged
-    plan = plan_experiment(*load_experiment_config(child))
+    plan = plan_online_training(*load_online_config(child))
     parameters = plan.task.parameters
-    assert (parameters["num_validation"], parameters["num_train"], parameters["levels"]) == (
+    splits = parameters["splits"]
+    assert (splits.num_validation, splits.num_train, parameters["levels"]) == (
         3, 256, None)  # the task's defaults, not the base's 4 and [1, 2]
 
 
@@ -142,7 +143,7 @@ def test_an_error_inside_a_replaced_mapping_names_its_line(tmp_path: Path) -> No
         "      num_validation: 2\n"
         "      num_train: lots\n"))
     with pytest.raises(ConfigError) as error:
-        plan_experiment(*load_experiment_config(child))
+        plan_online_training(*load_online_config(child))
     assert (error.value.file, error.value.line) == (str(child), 7)
     assert "task.parameters.num_train" in str(error.value)
 

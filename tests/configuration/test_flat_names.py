@@ -10,15 +10,16 @@ from typing import Any
 import pytest
 import yaml
 
-from src.configuration.components import REGISTRY, import_component_class
+from src.configuration.components import COMPONENTS, import_component_class
 from src.configuration.errors import ConfigError
-from src.configuration.flat_names import translate_flat_names
 from src.configuration.yaml_source import YamlSource
-from src.online_training.trainer import RLTrainingCallback
-from src.run.assembly import load_experiment_config, plan_experiment
-from src.run.callbacks import Callback
+from src.online_training.flat_names import translate_flat_names
+from src.online_training.plan import load_online_config, plan_online_training
+from src.online_training.run import PIPELINE as ONLINE
+from src.online_training.trainer import RLTrainer
 from src.run.folder import RunDirectory, RunState
 from src.run.resume import config_changes
+from src.run.trainer import Trainer
 from src.run_experiment import main
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -38,8 +39,9 @@ def rl_trainer_parameters(data: Any) -> list[dict[str, Any]]:
     callbacks = (data.get("assignment_config") or {}).get("callback_dict") or {}
     found = []
     for spec in callbacks.values():
-        cls = import_component_class(spec.get("module") or REGISTRY[spec["name"]], Callback)
-        if issubclass(cls, RLTrainingCallback):
+        cls = (import_component_class(spec["module"], Trainer) if spec.get("module")
+               else COMPONENTS[spec["name"]])
+        if issubclass(cls, RLTrainer):
             found.append(spec.get("parameters") or {})
     return found
 
@@ -79,11 +81,11 @@ def grouped_example(tmp_path: Path) -> Path:
 
 
 def test_the_seed_example_reads_as_its_grouped_spelling(tmp_path: Path) -> None:
-    flat_config, flat_source = load_experiment_config(EXAMPLE)
-    grouped_config, grouped_source = load_experiment_config(grouped_example(tmp_path))
+    flat_config, flat_source = load_online_config(EXAMPLE)
+    grouped_config, grouped_source = load_online_config(grouped_example(tmp_path))
     assert flat_config.model_dump() == grouped_config.model_dump()
-    flat = plan_experiment(flat_config, flat_source).callbacks["rl_training"].parameters
-    grouped = plan_experiment(grouped_config, grouped_source).callbacks["rl_training"].parameters
+    flat = plan_online_training(flat_config, flat_source).trainers["rl_training"].parameters
+    grouped = plan_online_training(grouped_config, grouped_source).trainers["rl_training"].parameters
     assert flat == grouped
     assert flat["advantage"].estimator == "reinforce"
     assert flat["optimizer"].learning_rate == 1e-5
@@ -93,7 +95,7 @@ def test_the_seed_example_passes_a_dry_run(monkeypatch: pytest.MonkeyPatch,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(PROJECT_ROOT)
     assert main(["--config_path", str(EXAMPLE), "--dry_run"]) == 0
-    assert "RLTrainingCallback" in capsys.readouterr().out
+    assert "RLTrainer" in capsys.readouterr().out
 
 
 def example_with_parameters(tmp_path: Path, parameters: str, task: str | None = None) -> Path:
@@ -120,7 +122,7 @@ def test_a_setting_given_both_ways_must_agree(tmp_path: Path) -> None:
     path = example_with_parameters(tmp_path, "        learning_rate: 1e-3\n"
                                              "        optimizer: {learning_rate: 1e-4}\n")
     with pytest.raises(ConfigError, match=r"optimizer\.learning_rate") as raised:
-        load_experiment_config(path)
+        load_online_config(path)
     assert raised.value.line == line_of(path, "learning_rate: 1e-3")
     assert raised.value.file == str(path)
 
@@ -130,7 +132,7 @@ def test_a_setting_given_both_ways_with_one_value_is_one_setting(tmp_path: Path)
         tmp_path, "        learning_rate: 1e-3\n"
                   "        optimizer: {learning_rate: 0.001, max_grad_norm: 2.0}\n"
                   "        num_trainer_workers: 1\n")
-    config, _ = load_experiment_config(path)
+    config, _ = load_online_config(path)
     parameters = config.assignment_config.callback_dict["rl_training"].parameters
     assert parameters == {"optimizer": {"learning_rate": 1e-3, "max_grad_norm": 2.0},
                           "trainer_workers": {"count": 1}}
@@ -139,7 +141,7 @@ def test_a_setting_given_both_ways_with_one_value_is_one_setting(tmp_path: Path)
 def test_an_error_in_a_translated_setting_names_the_flat_line(tmp_path: Path) -> None:
     path = example_with_parameters(tmp_path, "        algorithm: ppo\n")
     with pytest.raises(ConfigError, match=r"advantage\.estimator") as raised:
-        plan_experiment(*load_experiment_config(path))
+        plan_online_training(*load_online_config(path))
     assert raised.value.line == line_of(path, "algorithm: ppo")
 
 
@@ -147,7 +149,7 @@ def test_the_callback_is_found_by_its_class_not_its_key(tmp_path: Path) -> None:
     path = example_with_parameters(tmp_path, "        learning_rate: 1e-3\n")
     text = path.read_text().replace("    rl_training:\n", "    trainer:\n")
     path.write_text(text)
-    config, _ = load_experiment_config(path)
+    config, _ = load_online_config(path)
     assert config.assignment_config.callback_dict["trainer"].parameters["optimizer"] == {
         "learning_rate": 1e-3}
 
@@ -155,7 +157,7 @@ def test_the_callback_is_found_by_its_class_not_its_key(tmp_path: Path) -> None:
 def test_outcome_rewards_become_the_task_s_own(tmp_path: Path) -> None:
     path = example_with_parameters(tmp_path, "        reward_correct: 2.0\n"
                                              "        reward_timeout: -0.5\n")
-    plan = plan_experiment(*load_experiment_config(path))
+    plan = plan_online_training(*load_online_config(path))
     assert plan.task.parameters["reward_correct"] == 2.0
     assert plan.task.parameters["reward_timeout"] == -0.5
     assert plan.task.parameters["reward_incorrect"] == -0.1  # the task's default
@@ -165,7 +167,7 @@ def test_outcome_rewards_given_to_both_must_agree(tmp_path: Path) -> None:
     task = "{name: db_bench_single_skill, parameters: {num_train: 8, reward_correct: 1.0}}"
     path = example_with_parameters(tmp_path, "        reward_correct: 2.0\n", task)
     with pytest.raises(ConfigError, match=r"task\.parameters\.reward_correct") as raised:
-        load_experiment_config(path)
+        load_online_config(path)
     assert raised.value.line == line_of(path, "reward_correct: 2.0")
 
 
@@ -173,7 +175,7 @@ def test_outcome_rewards_need_a_task_that_takes_them(tmp_path: Path) -> None:
     task = "{name: math_problems, parameters: {num_train: 8}}"
     path = example_with_parameters(tmp_path, "        reward_incorrect: -1.0\n", task)
     with pytest.raises(ConfigError, match=r"MathProblemsTask takes no 'reward_incorrect'") as raised:
-        load_experiment_config(path)
+        load_online_config(path)
     assert raised.value.line == line_of(path, "reward_incorrect: -1.0")
 
 
@@ -181,22 +183,22 @@ def test_a_run_folder_s_flat_config_compares_equal_to_its_grouped_spelling(
         tmp_path: Path) -> None:
     """A run folder written before keeps flat names in its config.yaml (plain YAML, as the
     run wrote it); translated the same way, it is the run a grouped config describes."""
-    grouped = load_experiment_config(grouped_example(tmp_path))[0].model_dump(mode="json")
+    grouped = load_online_config(grouped_example(tmp_path))[0].model_dump(mode="json")
     written_before = yaml.safe_load(yaml.safe_dump(grouped))  # the resolved config, as dumped
     written_before["assignment_config"]["callback_dict"]["rl_training"]["parameters"] = (
         rl_trainer_parameters(YamlSource(EXAMPLE).data)[0])  # ... with the flat names
     stored = tmp_path / "config.yaml"
     stored.write_text(yaml.safe_dump(written_before, sort_keys=False))
-    assert config_changes(written_before, grouped)  # what the translation mends
+    assert config_changes(written_before, grouped, ONLINE.resume_rules.resume_safe)  # what the translation mends
     data = yaml.safe_load(stored.read_text())
     translate_flat_names(data, stored)
-    assert config_changes(data, grouped) == []
+    assert config_changes(data, grouped, ONLINE.resume_rules.resume_safe) == []
     # and the run folder resumes with the grouped config
     folder = tmp_path / "run"
     folder.mkdir()
     (folder / "config.yaml").write_text(stored.read_text())
     RunDirectory(folder).write_state(RunState())
-    config = load_experiment_config(grouped_example(tmp_path))[0]
+    config = load_online_config(grouped_example(tmp_path))[0]
     assert RunDirectory(folder).start(config, stored) == RunState()
 
 

@@ -11,18 +11,18 @@ import pytest
 import yaml
 
 from src.configuration.errors import ConfigError
-from src.run.assembly import load_experiment_config, plan_experiment
+from src.online_training.plan import load_online_config, plan_online_training
 from src.run_experiment import main
 from src.tasks.instance.db_bench.single_skill_task_generator import SingleSkillTaskGenerator
-from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill
+from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill, DBBenchSplits
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = PROJECT_ROOT / "configs" / "assignments" / "rl_training_example.yaml"
 
 
 def plan(path: Path):
-    config, source = load_experiment_config(path)
-    return plan_experiment(config, source)
+    config, source = load_online_config(path)
+    return plan_online_training(config, source)
 
 
 def example_with(tmp_path: Path, change) -> Path:
@@ -38,7 +38,7 @@ def test_module_files_nested_generator_and_implied_language_model_plan() -> None
     assert result.task.cls is DBBenchSingleSkill
     generator = result.task.parameters["single_skill_task_generator"]
     assert generator.cls is SingleSkillTaskGenerator
-    assert result.callbacks["rl_training"].parameters["language_model"] == "llama_lora"
+    assert result.trainers["rl_training"].parameters["language_model"] == "llama_lora"
 
 
 def test_the_example_trains_two_batches(tmp_path: Path, tiny_model_path: Path,
@@ -112,10 +112,10 @@ def test_an_implied_language_model_must_be_the_only_fitting_one(tmp_path: Path) 
 
 
 def test_seed_and_random_seed_must_agree() -> None:
-    assert DBBenchSingleSkill(random_seed=7).seed == 7
-    assert DBBenchSingleSkill().seed == 0
+    assert DBBenchSingleSkill(random_seed=7).splits.seed == 7
+    assert DBBenchSingleSkill().splits.seed == 0
     with pytest.raises(ValueError, match="seed 1 and random_seed 2 differ"):
-        DBBenchSingleSkill(seed=1, random_seed=2)
+        DBBenchSingleSkill(splits=DBBenchSplits(seed=1), random_seed=2)
 
 
 @pytest.mark.parametrize("module", [".relative", "src..tasks"])

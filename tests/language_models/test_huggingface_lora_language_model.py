@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from src.agents.instance.lora_rl_agent import LoRARLAgent
+from src.agents.instance.token_exact_agent import TokenExactAgent
 from src.language_models.language_model import SamplingParams, TokenBatch
 from src.records.chat import Role
 from src.records.episode import Episode, EpisodeStatus, Sample
@@ -124,7 +124,7 @@ def test_saved_adapter_reloads_to_identical_outputs(model, tmp_path: Path) -> No
 
 
 def test_multi_turn_trajectory_is_what_the_model_was_fed(model) -> None:
-    agent = LoRARLAgent(model, system_prompt="You are terse.", max_new_tokens=12)
+    agent = TokenExactAgent(model, system_prompt="You are terse.", max_new_tokens=12)
     fed: list[list[list[int]]] = []
     original = model.generate
 
@@ -136,7 +136,7 @@ def test_multi_turn_trajectory_is_what_the_model_was_fed(model) -> None:
     try:
         episodes = []
         for index in range(2):
-            episode = Episode(Sample(sample_id=str(index)), 0, 0, task=None)
+            episode = Episode(Sample(sample_id=str(index)), 0, 0, environment=None)
             episode.add_message(Role.USER, f"Question {index}: what is {index} + 1?")
             agent.start_episode(episode)
             episodes.append(episode)
@@ -158,8 +158,8 @@ def test_multi_turn_trajectory_is_what_the_model_was_fed(model) -> None:
 
 
 def test_context_limit_ends_the_episode_with_a_status(model) -> None:
-    agent = LoRARLAgent(model, max_new_tokens=model.max_context_tokens)
-    episode = Episode(Sample(sample_id="long"), 0, 0, task=None)
+    agent = TokenExactAgent(model, max_new_tokens=model.max_context_tokens)
+    episode = Episode(Sample(sample_id="long"), 0, 0, environment=None)
     episode.add_message(Role.USER, "hello")
     agent.start_episode(episode)
     [reply] = agent.act([episode])

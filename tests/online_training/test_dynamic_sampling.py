@@ -9,7 +9,7 @@ from src.records.episode import Episode, Sample
 def group(sample_id: str, rewards: list[float]) -> list[Episode]:
     episodes = []
     for index, reward in enumerate(rewards):
-        episode = Episode(Sample(sample_id=sample_id), index, 0, task=None)  # type: ignore[arg-type]
+        episode = Episode(Sample(sample_id=sample_id), index, 0, environment=None)  # type: ignore[arg-type]
         episode.reward = reward
         episodes.append(episode)
     return episodes

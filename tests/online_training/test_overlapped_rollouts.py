@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from src.configuration.errors import ConfigError
-from src.run.assembly import load_experiment_config, plan_experiment
+from src.online_training.plan import load_online_config, plan_online_training
+from src.tasks.splits import Splits
 from tests.conftest import PROJECT_ROOT
 from tests.run_folders import process_command, run_in_new_process
 
@@ -65,7 +66,7 @@ def _write(tmp_path: Path, model: Path, sampler: str = "rollout_pool", kept: obj
 
 
 def _plan(config: Path) -> None:
-    plan_experiment(*load_experiment_config(config))
+    plan_online_training(*load_online_config(config))
 
 
 def test_overlap_needs_a_pool_to_sample_from(tmp_path: Path, tiny_model_path: Path) -> None:
@@ -146,22 +147,22 @@ def test_overlapped_run_is_one_update_stale_and_resumes_without_loss_or_repeat(
 
 @pytest.mark.parametrize("few_shot_examples", [0, 2])
 def test_overlap_with_a_task_memory_is_refused(tmp_path: Path, few_shot_examples: int) -> None:
-    from src.configuration.assignment import AssignmentConfig
-    from src.online_training.loop import ExperimentLoop
-    from src.run.assembly import Components
+    from src.online_training.config import OnlineTrainingConfig
+    from src.online_training.loop import OnlineTraining
+    from src.online_training.plan import Components
     from src.run.folder import RunDirectory
     from src.tasks.instance.econ.task import EconDecisionTask
 
-    assignment = AssignmentConfig.model_validate({
+    assignment = OnlineTrainingConfig.model_validate({
         "task": {"name": "econ_decision"}, "agent": {"name": "oracle_agent"},
         "output_dir": str(tmp_path), "rollout": {"max_staleness": 1}})
     components = Components(
-        make_task=lambda: EconDecisionTask(num_train=4, num_validation=2, num_economies=1,
-                                           num_households=10, months=12,
+        make_task=lambda: EconDecisionTask(splits=Splits(num_train=4, num_validation=2),
+                                           num_economies=1, num_households=10, months=12,
                                            few_shot_examples=few_shot_examples),
-        agent=None, language_models={}, callbacks={})  # type: ignore[arg-type]
+        agent=None, language_models={}, trainers={})  # type: ignore[arg-type]
     if few_shot_examples == 0:  # no memory: nothing the batch ahead could reach early
-        ExperimentLoop(assignment, components, RunDirectory(tmp_path)).task.close()
+        OnlineTraining(assignment, components, RunDirectory(tmp_path)).task.close()
         return
     with pytest.raises(ValueError, match="keeps a memory learnt from episodes"):
-        ExperimentLoop(assignment, components, RunDirectory(tmp_path))
+        OnlineTraining(assignment, components, RunDirectory(tmp_path))

@@ -11,14 +11,16 @@ from pathlib import Path
 import torch
 
 from src.agents.instance.oracle_agent import OracleAgent
-from src.configuration.assignment import AssignmentConfig
-from src.online_training.loop import ExperimentLoop
+from src.online_training.config import OnlineTrainingConfig
+from src.online_training.loop import OnlineTraining
+from src.online_training.plan import Components
 from src.records.episode import Episode
-from src.run.assembly import Components
-from src.run.callbacks import BatchContext, EpisodeTrainer, TrainingSchedule
 from src.run.folder import RunDirectory, RunState
 from src.run.rollout import episode_seed
+from src.run.step_loop import run_steps
+from src.run.trainer import BatchContext, Trainer, TrainingSchedule
 from src.tasks.instance.math_problems.task import MathProblemsTask
+from src.tasks.splits import Splits
 from src.training.rng_state import save_rng_state
 from src.training.safe_load import load_plain
 from src.training.training_state import RNG
@@ -27,7 +29,19 @@ SEED = 3
 BATCHES = 3
 
 
-class SavesAfterTheBatchAheadStarted(EpisodeTrainer):
+class SignalsEpisodeStarts(OracleAgent):
+    """The oracle, which says when each batch's first episode started."""
+
+    def __init__(self, started: dict[int, threading.Event]) -> None:
+        super().__init__()
+        self.started = started
+
+    def start_episode(self, episode: Episode) -> None:
+        super().start_episode(episode)
+        self.started[episode.batch_index].set()  # in the rollout thread for a batch ahead
+
+
+class SavesAfterTheBatchAheadStarted(Trainer):
     """Trains nothing; saves the process's generators as a trainer's checkpoint does, once
     the batch rolling out ahead has started (so that its seeding has happened)."""
 
@@ -39,9 +53,6 @@ class SavesAfterTheBatchAheadStarted(EpisodeTrainer):
 
     def prepare(self, schedule: TrainingSchedule) -> None:
         self.total = schedule.total_batches
-
-    def on_session_created(self, episode: Episode) -> None:
-        self.started[episode.batch_index].set()  # in the rollout thread for a batch ahead
 
     def train(self, batch: BatchContext) -> dict[str, float]:
         self.batch_index = batch.batch_index
@@ -58,18 +69,21 @@ class SavesAfterTheBatchAheadStarted(EpisodeTrainer):
 
 
 def test_each_checkpoint_holds_the_generators_of_its_batch_boundary(tmp_path: Path) -> None:
-    assignment = AssignmentConfig.model_validate({
+    assignment = OnlineTrainingConfig.model_validate({
         "task": {"name": "math_problems"}, "agent": {"name": "oracle_agent"},
         "output_dir": str(tmp_path), "random_seed": SEED,
         "evaluation": {"at_start": False, "at_end": False},
         "rollout": {"batch_size": 2, "group_size": 2, "max_batches": BATCHES,
                     "max_staleness": 1}})
+    trainer = SavesAfterTheBatchAheadStarted()
     components = Components(
-        make_task=lambda: MathProblemsTask(num_train=8, num_validation=2, levels=[1]),
-        agent=OracleAgent(), language_models={},
-        callbacks={"trainer": SavesAfterTheBatchAheadStarted()})
+        make_task=lambda: MathProblemsTask(splits=Splits(num_train=8, num_validation=2),
+                                           levels=[1]),
+        agent=SignalsEpisodeStarts(trainer.started), language_models={},
+        trainers={"trainer": trainer})
     run = RunDirectory(tmp_path)
-    ExperimentLoop(assignment, components, run, show_progress=False).execute(RunState())
+    steps = OnlineTraining(assignment, components, run)
+    run_steps(steps, run, RunState(), steps.metrics, show_progress=False)
 
     for step in range(1, BATCHES + 1):
         saved = load_plain(run.callback_store("trainer").path(step) / RNG)

@@ -11,19 +11,20 @@ from typing import Any
 import pytest
 import torch
 
-from src.configuration.assignment import TrackersConfig
+from src.configuration.models import TrackersConfig
 from src.language_models.instance.huggingface_lora_language_model import (
     HuggingfaceLoRALanguageModel,
     LoRASettings,
 )
 from src.language_models.language_model import SamplingParams
-from src.online_training.trainer import RLTrainingCallback
+from src.online_training.trainer import RLTrainer
+from src.online_training.trajectory_rows import token_rows
 from src.records.episode import Episode, EpisodeStatus, Outcome, Sample
 from src.records.trajectory import Trajectory
-from src.run.callbacks import BatchContext, TrainingSchedule
 from src.run.folder import RunDirectory
 from src.run.metrics import MetricsLog
 from src.run.protocol import Part, RunProtocol
+from src.run.trainer import BatchContext, TrainingSchedule
 from src.storage.checkpoint_store import CheckpointStore
 from src.training.settings import (
     AdvantageSettings,
@@ -66,7 +67,7 @@ def sampled_episodes(model: HuggingfaceLoRALanguageModel, rewards: list[list[flo
             trajectory.append_sampled(generation.token_ids, generation.logprobs,
                                       generation.finish_reason, generation.policy_version,
                                       temperature, top_p, max_new_tokens)
-            episode = Episode(Sample(sample_id=f"s{index}"), slot, 0, task=None)  # type: ignore[arg-type]
+            episode = Episode(Sample(sample_id=f"s{index}"), slot, 0, environment=None)  # type: ignore[arg-type]
             episode.trajectory, episode.reward = trajectory, rewards[index][slot]
             episode.status = EpisodeStatus.COMPLETED
             episode.outcome = Outcome.CORRECT if episode.reward > 0 else Outcome.INCORRECT
@@ -77,7 +78,7 @@ def sampled_episodes(model: HuggingfaceLoRALanguageModel, rewards: list[list[flo
 def first_update(model: HuggingfaceLoRALanguageModel, episodes: list[Episode], group_size: int,
                  **settings: Any) -> dict[str, float]:
     """The metrics of a fresh callback's first batch."""
-    callback = RLTrainingCallback(model, **settings)
+    callback = RLTrainer(model, **settings)
     callback.prepare(TrainingSchedule(1, episodes_per_batch=4))
     return callback.train(BatchContext(0, episodes, group_size))
 
@@ -92,11 +93,12 @@ def test_splitting_into_micro_batches_gives_the_same_update(tiny_model_path: Pat
     for budget in (None, 16):  # one micro-batch, or rows of ~12-20 tokens one by one
         model = make_model(tiny_model_path)
         episodes = sampled_episodes(model, [[1.0, 0.0, 0.5], [0.0, 0.2, 1.0]])
-        callback = RLTrainingCallback(
+        callback = RLTrainer(
             model, kl=KLSettings(coef=0.1), ppo=PPOSettings(entropy_coeff=0.01),
             optimizer=OptimizerSettings(learning_rate=1e-2, micro_batch_max_tokens=budget))
         callback.prepare(TrainingSchedule(1, episodes_per_batch=4))
-        rows, _ = callback._token_rows([episode.trajectory for episode in episodes])
+        rows, _ = token_rows([episode.trajectory for episode in episodes], callback.model,
+                            callback.ppo.mask_truncated_completions)
         micro_batches = callback.learner.micro_batches(rows, range(len(episodes)))
         assert len(micro_batches) == (1 if budget is None else 6)
         callback.train(BatchContext(0, episodes, 3))
@@ -140,7 +142,7 @@ def test_the_return_is_the_task_s_reward_times_the_weight(tiny_model_path: Path)
     """Outcome rewards (DB-bench's reward_correct, ...) are the task's; the trainer does
     not shape them again."""
     model = make_model(tiny_model_path)
-    callback = RLTrainingCallback(model, reward=RewardSettings(weight=2.0))
+    callback = RLTrainer(model, reward=RewardSettings(weight=2.0))
     correct, wrong, timeout = sampled_episodes(model, [[1.0, -0.1, -0.3]])
     timeout.status = EpisodeStatus.TASK_LIMIT_REACHED
     assert [callback.episode_return(e) for e in (correct, wrong, timeout)] == [2.0, -0.2, -0.6]
@@ -151,7 +153,7 @@ def test_outcome_reward_settings_name_the_task_s(tiny_model_path: Path) -> None:
         RewardSettings.model_validate({"source": "outcome", "correct": 2.0})
 
 
-def _protocol(folder: Path, callback: RLTrainingCallback) -> RunProtocol:
+def _protocol(folder: Path, callback: RLTrainer) -> RunProtocol:
     """The run protocol the loop commits each batch through, with the callback's store."""
     folder.mkdir()
     store = CheckpointStore(folder / "callback_state" / "rl")
@@ -161,7 +163,7 @@ def _protocol(folder: Path, callback: RLTrainingCallback) -> RunProtocol:
 
 def test_best_checkpoint_follows_the_metric(tiny_model_path: Path, tmp_path: Path) -> None:
     model = make_model(tiny_model_path)
-    callback = RLTrainingCallback(model, optimizer=OptimizerSettings(learning_rate=1e-2),
+    callback = RLTrainer(model, optimizer=OptimizerSettings(learning_rate=1e-2),
                                   best_metric="reward")
     callback.prepare(TrainingSchedule(3, episodes_per_batch=4))
     protocol = _protocol(tmp_path / "run", callback)
@@ -181,7 +183,7 @@ def test_best_checkpoint_can_follow_a_held_out_figure(tiny_model_path: Path,
     """best_metric naming an evaluation figure: only evaluated steps compete, and best/
     names the batch (its checkpoint) even after a batch that made no optimiser step."""
     model = make_model(tiny_model_path)
-    callback = RLTrainingCallback(model, optimizer=OptimizerSettings(learning_rate=1e-2),
+    callback = RLTrainer(model, optimizer=OptimizerSettings(learning_rate=1e-2),
                                   best_metric="selection/success_rate")
     callback.prepare(TrainingSchedule(4, episodes_per_batch=4))
     protocol = _protocol(tmp_path / "run", callback)
@@ -203,7 +205,7 @@ def test_best_checkpoint_can_follow_a_held_out_figure(tiny_model_path: Path,
 
 def test_cosine_schedule_counts_mini_batches_and_epochs(tiny_model_path: Path) -> None:
     model = make_model(tiny_model_path)
-    callback = RLTrainingCallback(
+    callback = RLTrainer(
         model, optimizer=OptimizerSettings(learning_rate=1e-3, lr_schedule="cosine"),
         ppo=PPOSettings(epochs=2, mini_batch_size=2))
     callback.prepare(TrainingSchedule(3, episodes_per_batch=4))  # x 2 epochs x 2 mini-batches
@@ -219,7 +221,7 @@ def test_cosine_schedule_counts_mini_batches_and_epochs(tiny_model_path: Path) -
 
 def test_samples_older_than_the_staleness_bound_are_dropped(tiny_model_path: Path) -> None:
     model = make_model(tiny_model_path)
-    callback = RLTrainingCallback(model, optimizer=OptimizerSettings(learning_rate=1e-3),
+    callback = RLTrainer(model, optimizer=OptimizerSettings(learning_rate=1e-3),
                                   max_policy_staleness=0)
     callback.prepare(TrainingSchedule(2, episodes_per_batch=4))
     episodes = sampled_episodes(model, [[0.0, 1.0], [1.0, 0.0]])  # sampled at version 0
@@ -251,7 +253,7 @@ def test_trainer_scores_under_the_temperature_the_sampler_used(tiny_model_path: 
 def test_top_p_below_one_is_refused(tiny_model_path: Path) -> None:
     model = make_model(tiny_model_path)
     episodes = sampled_episodes(model, [[1.0, 0.0]], top_p=0.9)
-    callback = RLTrainingCallback(model)
+    callback = RLTrainer(model)
     callback.prepare(TrainingSchedule(1, episodes_per_batch=4))
     with pytest.raises(ValueError, match="top_p"):
         callback.train(BatchContext(0, episodes, 2))
@@ -340,8 +342,8 @@ def test_clip_settings_are_checked() -> None:
 
 def test_each_setting_has_one_spelling() -> None:
     """Settings come in groups; LifelongAgentBench's flat names are translated where a
-    config is read (src.configuration.flat_names), not taken here."""
-    parameters = inspect.signature(RLTrainingCallback.__init__).parameters
+    config is read (src.online_training.flat_names), not taken here."""
+    parameters = inspect.signature(RLTrainer.__init__).parameters
     # self aside: two models by name (language_model, teacher), the groups, best_metric,
     # max_policy_staleness and seed
     assert len(parameters) - 1 <= 13
@@ -350,7 +352,7 @@ def test_each_setting_has_one_spelling() -> None:
 
 
 def test_trainer_workers_make_the_policy_adapter_only() -> None:
-    adapter_only = RLTrainingCallback.adapter_only_models
+    adapter_only = RLTrainer.adapter_only_models
     assert adapter_only({"trainer_workers": TrainerWorkerSettings(count=2)}) == {
         "language_model"}
     assert adapter_only({"trainer_workers": None}) == frozenset()
@@ -369,7 +371,7 @@ def test_kl_reference_can_be_the_adapter_the_run_started_from(tiny_model_path: P
             str(tiny_model_path), adapter_path=str(tmp_path / "sft"),
             lora_config=LoRASettings(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
         episodes = sampled_episodes(model, [[1.0, 0.0], [0.5, 0.0]])
-        callback = RLTrainingCallback(model, kl=KLSettings(coef=0.1, reference=reference))
+        callback = RLTrainer(model, kl=KLSettings(coef=0.1, reference=reference))
         callback.prepare(TrainingSchedule(1, episodes_per_batch=4))
         kls[reference] = callback.train(BatchContext(0, episodes, 2))["kl"]
     assert abs(kls["initial_adapter"]) < 1e-4  # the policy has not moved from its start yet

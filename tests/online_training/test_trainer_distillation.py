@@ -13,9 +13,9 @@ from safetensors.torch import load_file
 
 from src.configuration.errors import ConfigError
 from src.evaluate import main as evaluate_main
-from src.online_training.trainer import RLTrainingCallback
-from src.run.assembly import load_experiment_config, plan_experiment
-from src.run.callbacks import BatchContext, TrainingSchedule
+from src.online_training.plan import load_online_config, plan_online_training
+from src.online_training.trainer import RLTrainer
+from src.run.trainer import BatchContext, TrainingSchedule
 from src.training.distillation import REVERSE_KL
 from src.training.settings import (
     AdvantageSettings,
@@ -35,7 +35,7 @@ def distilled_update(tiny_model_path: Path, teacher_differs: bool) -> dict[str, 
     student, teacher = make_model(tiny_model_path), make_model(tiny_model_path)
     if teacher_differs:
         perturb_adapter(teacher)
-    callback = RLTrainingCallback(student, teacher=teacher, ppo=PPOSettings(epochs=2),
+    callback = RLTrainer(student, teacher=teacher, ppo=PPOSettings(epochs=2),
                                   mismatch=MismatchSettings(old_logprobs="trainer"))
     callback.prepare(TrainingSchedule(1, episodes_per_batch=4))
     episodes = sampled_episodes(student, [[1.0, 1.0], [0.0, 0.0]])
@@ -64,7 +64,7 @@ def test_what_a_teacher_does_not_go_with_is_refused_naming_the_setting(
         tiny_model_path: Path, settings: dict[str, object], key: str, message: str) -> None:
     student, teacher = make_model(tiny_model_path), make_model(tiny_model_path)
     with pytest.raises(ConfigError, match=message) as error:
-        RLTrainingCallback(student, teacher=teacher, **settings)  # type: ignore[arg-type]
+        RLTrainer(student, teacher=teacher, **settings)  # type: ignore[arg-type]
     assert error.value.key == key
 
 
@@ -72,9 +72,9 @@ def test_distillation_settings_need_a_teacher_other_than_the_student(
         tiny_model_path: Path) -> None:
     student = make_model(tiny_model_path)
     with pytest.raises(ConfigError, match="no teacher"):
-        RLTrainingCallback(student, distillation=DistillationSettings())
+        RLTrainer(student, distillation=DistillationSettings())
     with pytest.raises(ConfigError, match="the trained model itself"):
-        RLTrainingCallback(student, teacher=student)
+        RLTrainer(student, teacher=student)
 
 
 ASSIGNMENT = """\
@@ -141,7 +141,7 @@ def test_a_teacher_name_not_in_the_run_is_a_config_error_naming_the_known_ones(
     config = write_config(tmp_path, tiny_model_path, teacher_adapter, teacher="tutor")
     with pytest.raises(ConfigError, match=r"'tutor', which is not in language_model_list "
                                           r"\(have: policy, teacher\)") as error:
-        plan_experiment(*load_experiment_config(config))
+        plan_online_training(*load_online_config(config))
     assert error.value.key == "assignment_config.callback_dict.rl_training.parameters.teacher"
 
 
@@ -152,9 +152,9 @@ def test_a_teacher_that_cannot_score_is_a_config_error(
             "      parameters: {trainer: policy}\n")
     config = write_config(tmp_path, tiny_model_path, teacher_adapter, teacher="pool",
                           extra_models=pool)
-    with pytest.raises(ConfigError, match="'pool', a RolloutPool, but RLTrainingCallback's "
+    with pytest.raises(ConfigError, match="'pool', a RolloutPool, but RLTrainer's "
                                           "teacher must be a TrainableLanguageModel"):
-        plan_experiment(*load_experiment_config(config))
+        plan_online_training(*load_online_config(config))
 
 
 def final_adapter(run: Path) -> dict[str, torch.Tensor]:

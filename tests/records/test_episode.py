@@ -23,7 +23,7 @@ def test_only_a_correct_outcome_counts_as_a_success() -> None:
 
 
 def test_a_record_carries_the_episodes_metrics_and_error_apart_from_its_info() -> None:
-    episode = Episode(Sample(sample_id="s"), 0, 0, task=None,  # type: ignore[arg-type]
+    episode = Episode(Sample(sample_id="s"), 0, 0, environment=None,  # type: ignore[arg-type]
                       status=EpisodeStatus.TASK_ERROR, error="step: sandbox lost")
     episode.metrics["length"] = 3.0
     episode.info["note"] = "kept"

@@ -7,39 +7,44 @@ from pathlib import Path
 
 import pytest
 
-from src.online_training.loop import ExperimentLoop
-from src.run.assembly import build_components, load_experiment_config, plan_experiment
-from src.run.callbacks import BatchContext, Callback
+from src.online_training.loop import OnlineTraining
+from src.online_training.plan import build_components, load_online_config, plan_online_training
 from src.run.folder import RunDirectory
+from src.run.step_loop import run_steps
+from src.run.trainer import BatchContext, Trainer, TrainingSchedule
 
 
-class CrashInBatch(Callback):
+class CrashInBatch(Trainer):
     """Dies in the update of batch `batch_index`, or with `after_evaluation` once that
-    batch's evaluation has been logged (still before its commit)."""
+    batch's evaluation has been logged, as its commit saves the trainers' checkpoints
+    (still before its commit point)."""
 
     def __init__(self, batch_index: int, after_evaluation: bool = False) -> None:
         self.batch_index = batch_index
         self.after_evaluation = after_evaluation
 
-    def on_batch_end(self, batch: BatchContext) -> dict[str, float]:
+    def prepare(self, schedule: TrainingSchedule) -> None:
+        pass
+
+    def train(self, batch: BatchContext) -> dict[str, float]:
         if batch.batch_index == self.batch_index and not self.after_evaluation:
             raise KeyboardInterrupt("killed")
         return {}
 
-    def on_evaluation(self, step: int, metrics: dict[str, float]) -> None:
-        if self.after_evaluation and step == self.batch_index + 1:
+    def save_state(self, directory: Path) -> None:
+        if self.after_evaluation and f"checkpoint-{self.batch_index + 1:06d}" in directory.name:
             raise KeyboardInterrupt("killed")
 
 
 def run_until_crash(config: Path, batch_index: int,
                     after_evaluation: bool = False) -> RunDirectory:
     """Run `config` until it dies in batch `batch_index` (batches before it committed)."""
-    experiment, source = load_experiment_config(config)
+    experiment, source = load_online_config(config)
     run = RunDirectory(Path(experiment.assignment_config.output_dir))
     state = run.start(experiment, config)
-    components = build_components(plan_experiment(experiment, source))
-    components.callbacks["crash"] = CrashInBatch(batch_index, after_evaluation)
+    components = build_components(plan_online_training(experiment, source))
+    components.trainers["crash"] = CrashInBatch(batch_index, after_evaluation)
     with pytest.raises(KeyboardInterrupt):
-        ExperimentLoop(experiment.assignment_config, components, run,
-                       show_progress=False).execute(state)
+        steps = OnlineTraining(experiment.assignment_config, components, run)
+        run_steps(steps, run, state, steps.metrics, show_progress=False)
     return run

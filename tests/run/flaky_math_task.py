@@ -10,19 +10,18 @@ import random
 import time
 
 from src.tasks.instance.math_problems.task import MathEpisode, MathProblemsTask
+from src.tasks.splits import Splits
 from src.tasks.task import StepOutcome
 
 
 class FlakyMathTask(MathProblemsTask):
     def __init__(self, step_error_rate: float = 0.0, step_hang_rate: float = 0.0,
                  step_garbage_rate: float = 0.0, hang_s: float = 3600.0,
-                 num_train: int = 256, num_validation: int = 64,
-                 levels: list[int] | None = None, reward_weights: dict[str, float] | None = None,
-                 worked_example: bool = True, seed: int = 0,
+                 splits: Splits = Splits(), levels: list[int] | None = None,
+                 reward_weights: dict[str, float] | None = None, worked_example: bool = True,
                  step_error: type[Exception] = RuntimeError) -> None:
-        super().__init__(num_train=num_train, num_validation=num_validation, levels=levels,
-                         reward_weights=reward_weights, worked_example=worked_example,
-                         seed=seed)
+        super().__init__(splits=splits, levels=levels, reward_weights=reward_weights,
+                         worked_example=worked_example)
         self.step_error_rate = step_error_rate
         self.step_hang_rate = step_hang_rate
         self.step_garbage_rate = step_garbage_rate

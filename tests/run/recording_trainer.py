@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from src.run.callbacks import BatchContext, EpisodeTrainer, TrainingSchedule
 from src.run.protocol import BestRule
+from src.run.trainer import BatchContext, Trainer, TrainingSchedule
 
 
-class RecordingTrainer(EpisodeTrainer):
+class RecordingTrainer(Trainer):
     calls: ClassVar[list[tuple[str, object]]] = []  # the last run's, in order
 
     def __init__(self) -> None:
@@ -21,10 +21,6 @@ class RecordingTrainer(EpisodeTrainer):
     def train(self, batch: BatchContext) -> dict[str, float]:
         self.calls.append(("train", (batch.batch_index, len(batch.episodes))))
         return {"probe/episodes": float(len(batch.episodes))}
-
-    def on_batch_end(self, batch: BatchContext) -> dict[str, float]:
-        self.calls.append(("on_batch_end", batch.batch_index))
-        return {}
 
     @property
     def best_rule(self) -> BestRule:

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from src.configuration.errors import ConfigError
+from src.online_training.plan import OnlineTrainingPlan, load_online_config, plan_online_training
 from src.records.episode import Sample
-from src.run.assembly import ExperimentPlan, load_experiment_config, plan_experiment
 from src.tasks.task import Task, TaskSettingError, unknown_name
 from tests.conftest import PROJECT_ROOT
 
@@ -41,15 +41,15 @@ assignment_config:
 
 
 def _plan(tmp_path: Path, sampler: str = "rollout_pool", verify_sync: bool = False,
-          workers: int = 2, policy: str = "") -> ExperimentPlan:
+          workers: int = 2, policy: str = "") -> OnlineTrainingPlan:
     path = tmp_path / "assignment.yaml"
     path.write_text(ASSIGNMENT.format(output=tmp_path / "run", sampler=sampler,
                                       verify_sync=str(verify_sync).lower(), workers=workers,
                                       policy=policy))
-    return plan_experiment(*load_experiment_config(path))
+    return plan_online_training(*load_online_config(path))
 
 
-def _base_weights(plan: ExperimentPlan) -> str:
+def _base_weights(plan: OnlineTrainingPlan) -> str:
     return plan.language_models["policy"].parameters["base_weights"]
 
 
@@ -81,7 +81,7 @@ def test_a_policy_asked_to_go_without_base_weights_where_it_samples_is_refused(
 
 def test_the_32b_recipe_drives_its_workers_without_base_weights() -> None:
     path = PROJECT_ROOT / "configs" / "assignments" / "math_qwen3_32b_vllm_tp4.yaml"
-    assert _base_weights(plan_experiment(*load_experiment_config(path))) == "meta"
+    assert _base_weights(plan_online_training(*load_online_config(path))) == "meta"
 
 
 GAMES = ("GuessTheNumber-v0", "TicTacToe-v0")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from src.configuration.assignment import TrackersConfig
+from src.configuration.models import TrackersConfig
 from src.run.folder import TRAINING_STATE, RunDirectory, RunState
 from src.run.metrics import MetricsLog
 from src.run.protocol import BEST, BestRule, Part, RunProtocol, improves

@@ -11,9 +11,11 @@ from pathlib import Path
 
 from src.agents.agent import AgentReply
 from src.agents.instance.oracle_agent import OracleAgent
-from src.configuration.assignment import FaultPolicy
+from src.configuration.models import FaultPolicy
 from src.records.episode import Episode, EpisodeStatus
 from src.run.rollout import hung_calls, roll_out_lockstep
+from src.tasks.splits import Splits
+from src.tasks.task import EpisodeScore
 from tests.conftest import PROJECT_ROOT
 from tests.run.flaky_math_task import FlakyMathTask
 from tests.run_folders import process_command
@@ -27,7 +29,8 @@ def roll_out(task: FlakyMathTask, agent: OracleAgent, faults: FaultPolicy) -> li
 
 
 def test_a_hanging_step_ends_its_episode_at_the_timeout() -> None:
-    task = FlakyMathTask(step_hang_rate=1.0, hang_s=60.0, num_train=4, num_validation=1)
+    task = FlakyMathTask(step_hang_rate=1.0, hang_s=60.0,
+                         splits=Splits(num_train=4, num_validation=1))
     start = time.monotonic()
     episodes = roll_out(task, OracleAgent(), FaultPolicy(step_timeout_s=0.2))
     assert time.monotonic() - start < 20  # 8 steps of 0.2 s, not 8 minutes
@@ -38,8 +41,8 @@ def test_a_hanging_step_ends_its_episode_at_the_timeout() -> None:
 def test_an_environments_own_timeout_error_is_its_failure_not_a_hung_call() -> None:
     # TimeoutError is also what a bounded wait raises: the step's own one must not be
     # mistaken for the step running past its bound (and counted as a hung call)
-    task = FlakyMathTask(step_error_rate=1.0, step_error=TimeoutError, num_train=4,
-                         num_validation=1)
+    task = FlakyMathTask(step_error_rate=1.0, step_error=TimeoutError,
+                         splits=Splits(num_train=4, num_validation=1))
     hung_before = hung_calls()
     episodes = roll_out(task, OracleAgent(), FaultPolicy(step_timeout_s=30.0))
     assert {e.status for e in episodes} == {EpisodeStatus.TASK_ERROR}
@@ -51,10 +54,33 @@ def test_an_environments_own_timeout_error_is_its_failure_not_a_hung_call() -> N
 def test_garbage_or_an_exception_from_a_step_is_a_task_error() -> None:
     for rates, reason in (({"step_garbage_rate": 1.0}, "not a StepOutcome"),
                           ({"step_error_rate": 1.0}, "injected step failure")):
-        task = FlakyMathTask(num_train=4, num_validation=1, **rates)
+        task = FlakyMathTask(splits=Splits(num_train=4, num_validation=1), **rates)
         episodes = roll_out(task, OracleAgent(), FaultPolicy())
         assert {e.status for e in episodes} == {EpisodeStatus.TASK_ERROR}
         assert all(reason in e.error for e in episodes)
+
+
+class GroupScoringFails(FlakyMathTask):
+    """Its group scoring (where a judge asks its model) fails for the sample `failing`."""
+
+    def __init__(self, failing: str) -> None:
+        super().__init__(splits=Splits(num_train=4, num_validation=1))
+        self.failing = failing
+
+    def _score_group(self, episodes: Sequence[Episode]) -> list[EpisodeScore]:
+        if episodes[0].sample.sample_id == self.failing:
+            raise ConnectionError("the judge's host is unreachable")
+        return super()._score_group(episodes)
+
+
+def test_a_group_whose_scoring_raises_fails_and_the_others_are_scored() -> None:
+    task = GroupScoringFails(failing="train-000001")
+    episodes = roll_out(task, OracleAgent(), FaultPolicy())
+    failed = [e for e in episodes if e.sample.sample_id == "train-000001"]
+    assert len(failed) == 2 and all(e.status is EpisodeStatus.TASK_ERROR for e in failed)
+    assert all("score_group" in e.error and "unreachable" in e.error for e in failed)
+    others = [e for e in episodes if e.sample.sample_id != "train-000001"]
+    assert all(e.status is EpisodeStatus.COMPLETED and e.reward == 1.0 for e in others)
 
 
 class FailingAgent(OracleAgent):
@@ -72,7 +98,7 @@ class FailingAgent(OracleAgent):
 
 
 def test_a_failing_model_call_is_retried_then_recorded() -> None:
-    task = FlakyMathTask(num_train=4, num_validation=1)
+    task = FlakyMathTask(splits=Splits(num_train=4, num_validation=1))
     agent = FailingAgent(failures=2)
     episodes = roll_out(task, agent, FaultPolicy(model_retries=2))
     assert agent.calls == 3

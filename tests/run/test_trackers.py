@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from src.configuration.errors import ConfigError
-from src.run.assembly import load_experiment_config
+from src.online_training.plan import load_online_config
 from src.run.trackers import EPISODE_COLUMNS
 from src.run_experiment import main
 from tests.run.crash_in_batch import run_until_crash
@@ -128,7 +128,7 @@ def test_a_missing_tracker_package_is_named_at_validation(tmp_path: Path,
                         lambda name, *a: None if name == "wandb" else real_find_spec(name, *a))
     with pytest.raises(ConfigError, match=r"trackers.*needs the package 'wandb', which is "
                                           r"not installed"):
-        load_experiment_config(write(tmp_path, "    wandb: {mode: offline}"))
+        load_online_config(write(tmp_path, "    wandb: {mode: offline}"))
 
 
 def test_tensorboard_can_be_switched_off(tmp_path: Path) -> None:
@@ -143,7 +143,7 @@ def test_a_closed_wandb_tracker_leaves_no_service_address_behind(tmp_path: Path,
                                                                  monkeypatch) -> None:
     # A process started after the run (a vLLM engine) inherits the environment; with a
     # dead service's address in it, the engine aborted at start-up.
-    from src.configuration.assignment import WandbConfig
+    from src.configuration.models import WandbConfig
     from src.run.trackers import SERVICE_VARIABLE, WandbTracker
 
     monkeypatch.delenv(SERVICE_VARIABLE, raising=False)

@@ -26,7 +26,7 @@ from src.language_models.instance.huggingface_lora_language_model import (
 from src.language_models.rollout_pool.engine_actor import EngineActor
 from src.offline_training.config import load_offline_config, plan_offline_training
 from src.offline_training.run import build_policy
-from src.run.assembly import build_language_models
+from src.online_training.plan import build_language_models
 from src.runtime import reproducibility
 from src.supervised_training.config import load_supervised_config, plan_supervised_training
 from src.supervised_training.run import build_parts

@@ -9,22 +9,23 @@ from pathlib import Path
 
 import pytest
 
-from src.agents.instance.lora_rl_agent import LoRARLAgent
+from src.agents.instance.token_exact_agent import TokenExactAgent
 from src.records.episode import Outcome, ToolResult
 from src.run.rollout import roll_out_lockstep
 from src.supervised_training.config import OracleDemonstrations
 from src.supervised_training.demonstrations import Demonstration, from_oracle
 from src.supervised_training.run import demonstration_rows
 from src.tasks.instance.math_python_tool.task import MathPythonToolTask
+from src.tasks.splits import Splits
 from tests.agents.scripted_model import ScriptedLanguageModel
-from tests.agents.test_lora_rl_agent_tools import TOOL_ROLE_TEMPLATE
+from tests.agents.test_token_exact_agent_tools import TOOL_ROLE_TEMPLATE
 
 SYSTEM_PROMPT = "Be exact."
 
 
 @pytest.fixture(scope="module")
 def task() -> Iterator[MathPythonToolTask]:
-    family = MathPythonToolTask(num_train=2, num_validation=2)
+    family = MathPythonToolTask(splits=Splits(num_train=2, num_validation=2))
     yield family
     family.close()
 
@@ -44,7 +45,7 @@ def test_an_oracle_tool_chat_is_the_agents_trajectory_token_for_token_with_scrip
     replies = [(probe.tokenizer(text, add_special_tokens=False)["input_ids"] + [end_of_turn],
                 "stop") for role, text in demonstration.chat if role == "agent"]
     model = ScriptedLanguageModel(tiny_model_path, replies, chat_template=template)
-    agent = LoRARLAgent(model, system_prompt=SYSTEM_PROMPT, max_new_tokens=64)
+    agent = TokenExactAgent(model, system_prompt=SYSTEM_PROMPT, max_new_tokens=64)
     [episode] = roll_out_lockstep([(task.get_sample("train-000000"), 0)], task, agent, 0, [0])
     assert episode.outcome is Outcome.CORRECT and episode.info["template_consistent"]
     trajectory = episode.trajectory

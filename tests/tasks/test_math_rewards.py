@@ -21,6 +21,7 @@ from src.tasks.instance.math_problems.rewards import (
     z_normalise,
 )
 from src.tasks.instance.math_problems.task import MathProblemsTask
+from src.tasks.splits import Splits
 
 
 def test_accuracy_correct_wrong_unparseable() -> None:
@@ -122,7 +123,7 @@ def test_boxed_answer_is_the_format_rate() -> None:
 
 def test_gsm8k_gold_answers_score_one(shared_data: Path) -> None:
     path = shared_data / "gsm8k" / "train-300.jsonl"
-    task = MathProblemsTask(source="gsm8k", data_path=str(path), num_validation=20)
+    task = MathProblemsTask(source="gsm8k", data_path=str(path), splits=Splits(num_validation=20))
     assert len(task.sample_ids("train")) == 280
     rows = [json.loads(line) for line in path.read_text().split("\n") if line.strip()]
     for row, sample_id in zip(rows, list(task.sample_ids("train")) + list(
@@ -138,11 +139,11 @@ def test_malformed_data_row_names_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text('{"question": "q", "answer": "#### 1"}\n{"question": "q"}\n')
     with pytest.raises(ValueError, match=r"bad\.jsonl:2: row lacks"):
-        MathProblemsTask(source="gsm8k", data_path=str(path), num_validation=1)
+        MathProblemsTask(source="gsm8k", data_path=str(path), splits=Splits(num_validation=1))
 
 
 def test_procedural_samples_are_seeded() -> None:
-    one, two = MathProblemsTask(seed=3, levels=[1, 4]), MathProblemsTask(seed=3, levels=[1, 4])
+    one, two = (MathProblemsTask(splits=Splits(seed=3), levels=[1, 4]) for _ in range(2))
     assert one.get_sample("train-000005") == two.get_sample("train-000005")
     assert one.get_sample("train-000000") != one.get_sample("validation-000000")
 
@@ -161,7 +162,8 @@ def test_procedural_validation_asks_no_fact_that_train_asks(level: int) -> None:
     """Level 1 has only 100 questions: drawn independently, most validation questions
     were also train questions (46 of the quickstart's 64); swapped operands (3 + 4, 4 + 3)
     and the prompts' worked example (3 + 4) are the same fact."""
-    task = MathProblemsTask(levels=[level], num_train=400, num_validation=100, seed=7)
+    task = MathProblemsTask(levels=[level],
+                            splits=Splits(num_train=400, num_validation=100, seed=7))
     train = {arithmetic(task.get_sample(sample_id).data["question"])
              for sample_id in task.sample_ids("train")}
     validation = {arithmetic(task.get_sample(sample_id).data["question"])

@@ -13,6 +13,7 @@ from src.records.trajectory import Trajectory
 from src.tasks.instance.math_problems.problems import load_rows
 from src.tasks.instance.math_problems.task import MathProblemsTask
 from src.tasks.instance.math_problems.verl_reward import CustomRewardFunction
+from src.tasks.splits import Splits
 
 
 def finished_episode(task: MathProblemsTask, reply: str, completion_tokens: int) -> Episode:
@@ -174,7 +175,7 @@ def test_parquet_file_with_fast_math_r1_columns(tmp_path: Path) -> None:
     path = tmp_path / "fast_math.parquet"
     parquet.write_table(pyarrow.table(rows), path)
     task = MathProblemsTask(source="file", data_path=str(path), question_key="problem",
-                            answer_key="solution", num_validation=1)
+                            answer_key="solution", splits=Splits(num_validation=1))
     assert list(task.sample_ids("train")) == ["train-000000", "train-000001"]
     assert task.get_sample("validation-000000").data == {"question": "1 + 1?", "answer": "2"}
     environment = task.new_episode()
@@ -198,7 +199,7 @@ def test_a_hugging_face_dataset_folder_with_its_split_and_gsm8k_answers(tmp_path
     for split, part in (("train", rows[:3]), ("test", rows[3:])):
         (folder / "data" / f"{split}-00000-of-00001.jsonl").write_text(
             "".join(json.dumps(row) + "\n" for row in part))
-    task = MathProblemsTask(source="gsm8k", data_path=str(folder), num_validation=1)
+    task = MathProblemsTask(source="gsm8k", data_path=str(folder), splits=Splits(num_validation=1))
     assert task.get_sample("validation-000000").data == {"question": "What is 2 + 2?",
                                                           "answer": "4"}
     assert load_rows(str(folder), "question", "answer", gsm8k=True,

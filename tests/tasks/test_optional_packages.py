@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from src.run_experiment import main
-from src.tasks.instance.optional_packages import import_optional
+from src.tasks.optional_packages import import_optional
 from tests.conftest import PROJECT_ROOT
 
 ADAPTERS = [("reasoning_gym", "reasoning_gym_grpo.yaml", "reasoning_gym"),

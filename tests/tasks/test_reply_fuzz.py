@@ -18,12 +18,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill
+from src.tasks.adapters.gymnasium_text.task import GymnasiumTextTask
+from src.tasks.adapters.reasoning_gym.task import ReasoningGymTask
+from src.tasks.adapters.textarena.task import TextArenaTask
+from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill, DBBenchSplits
 from src.tasks.instance.econ.task import EconDecisionTask
-from src.tasks.instance.gymnasium_text.task import GymnasiumTextTask
 from src.tasks.instance.math_problems.task import MathProblemsTask
-from src.tasks.instance.reasoning_gym.task import ReasoningGymTask
-from src.tasks.instance.textarena.task import TextArenaTask
+from src.tasks.splits import Splits, SplitsWithSelection
 from src.tasks.task import Task
 
 
@@ -134,19 +135,20 @@ MOVES = st.one_of(
 def build_families() -> dict[str, Task[Any]]:
     """One small family of each task; multi-turn where the task can be: a wrong math
     answer gets a retry, an econ episode asks two households in turn."""
+    four = Splits(num_train=4, num_validation=4)
+    small = SplitsWithSelection(num_train=4, num_validation=2)
     return {
-        "db_bench": DBBenchSingleSkill(num_train=8, num_validation=8),
-        "econ": EconDecisionTask(num_train=4, num_validation=4, num_economies=1, months=24,
-                                 num_households=4, households_per_sample=2),
-        "math": MathProblemsTask(num_train=4, num_validation=4, levels=[1, 4], max_round=2),
-        "reasoning_gym": ReasoningGymTask("chain_sum", num_train=4, num_validation=2),
-        "reasoning_gym_answer_tag": ReasoningGymTask("chain_sum", num_train=4, num_validation=2,
+        "db_bench": DBBenchSingleSkill(splits=DBBenchSplits(num_train=8, num_validation=8)),
+        "econ": EconDecisionTask(splits=four, num_economies=1, months=24, num_households=4,
+                                 households_per_sample=2),
+        "math": MathProblemsTask(splits=four, levels=[1, 4], max_round=2),
+        "reasoning_gym": ReasoningGymTask("chain_sum", splits=small),
+        "reasoning_gym_answer_tag": ReasoningGymTask("chain_sum", splits=small,
                                                      answer_format="answer_tag"),
-        "textarena": TextArenaTask("GuessTheNumber-v0", num_train=4, num_validation=2,
-                                   max_turns=3),
+        "textarena": TextArenaTask("GuessTheNumber-v0", splits=small, max_turns=3),
         "gymnasium_text": GymnasiumTextTask(
-            entry_point="examples.gymnasium_text.number_guess:NumberGuess",
-            num_train=4, num_validation=2, max_turns=3)}
+            entry_point="examples.gymnasium_text.number_guess:NumberGuess", splits=small,
+            max_turns=3)}
 
 
 @pytest.fixture(scope="module")

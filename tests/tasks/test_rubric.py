@@ -16,14 +16,8 @@ from pydantic import ValidationError
 
 from src.records.episode import Sample
 from src.sandboxes.bounded_call import ScorerUnavailable
-from src.tasks.rubric import (
-    ERRORS_KEY,
-    SCORER_TIMEOUTS_KEY,
-    TEXTS_KEY,
-    DetailedReward,
-    RewardTerm,
-    Rubric,
-)
+from src.tasks.reward_functions import DetailedReward, RewardTerm
+from src.tasks.rubric import ERRORS_KEY, SCORER_TIMEOUTS_KEY, TEXTS_KEY, Rubric
 
 FIELDS = {"question": "France", "answer": "Paris", "category": "europe"}
 SAMPLE = Sample(sample_id="train-000007", category="europe", data=FIELDS)
@@ -313,3 +307,64 @@ def test_a_reward_term_names_a_function_or_builds_one_from_its_parameters() -> N
         RewardTerm(function="src.tasks.model_rewards.judge.Judge", parameters={
             "base_url": "http://127.0.0.1:9/v1", "model": "judge", "template": "{reply}",
             "score_range": [0, 1], "temprature": 0.0})
+
+
+class Together(InCaller):
+    """A function that scores many replies at once: `many` gives each reply's value, its
+    failure as an exception in the place of its value, and records each call's replies
+    (and the read-only sample each got); `broken` makes the whole call raise."""
+
+    def __init__(self, name: str = "together") -> None:
+        super().__init__(name)
+        self.calls: list[list[str]] = []
+        self.samples: list[Mapping[str, Any]] = []
+        self.broken = False
+
+    def many(self, arguments: list[dict[str, Any]]) -> list[float | DetailedReward | Exception]:
+        self.calls.append([given["reply"] for given in arguments])
+        self.samples += [given["sample"] for given in arguments]
+        if self.broken:
+            raise ConnectionError("the model is gone")
+        return [ValueError("no reply") if not given["reply"] else
+                DetailedReward(len(given["reply"]) / 10, texts={"said": given["reply"]})
+                for given in arguments]
+
+    def __call__(self, reply: str, sample: Mapping[str, Any]) -> DetailedReward:
+        [result] = self.many([{"reply": reply, "sample": sample}])
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+
+def test_a_group_is_scored_as_one_by_one_a_function_of_many_asked_once() -> None:
+    together = Together()
+    rubric = Rubric([exact, together, brief], weights=[1.0, 0.5, 0.25])
+    assert rubric.scores_together and not Rubric([exact, InCaller()]).scores_together
+    replies = ["Paris", "", "It is Paris, I think", "Lyon"]
+    prompts = [f"prompt {index}" for index in range(4)]
+    scored = rubric.score_group(replies, [SAMPLE] * 4, prompts)
+    assert together.calls == [replies]  # once, the replies in their order
+    assert all(isinstance(sample, Mapping) and not isinstance(sample, dict)
+               for sample in together.samples)  # read-only, as a call's
+    alone = [Rubric([exact, Together(), brief], weights=[1.0, 0.5, 0.25]).score(*asked)
+             for asked in zip(replies, [SAMPLE] * 4, prompts, strict=True)]
+    assert scored == alone
+    assert scored[0].score == 1.0 + 0.5 * 0.5 + 0.25
+    assert scored[1].errors == {"together": "ValueError: no reply"}
+    assert scored[1].metrics()["together/error"] == 1.0 and scored[1].values["together"] == 0.0
+    assert scored[2].info() == {TEXTS_KEY: {"together": {"said": "It is Paris, I think"}}}
+    # a call that fails as a whole is each reply's failure
+    together.broken = True
+    failed = rubric.score_group(replies[:2], [SAMPLE] * 2, prompts[:2])
+    assert [score.errors for score in failed] == [
+        {"together": "ConnectionError: the model is gone"}] * 2
+    assert [score.score for score in failed] == [1.25, 0.25]
+    with pytest.raises(ValueError, match="2 replies, 1 samples and 2 prompts"):
+        rubric.score_group(replies[:2], [SAMPLE], prompts[:2])
+
+
+def test_a_tasks_own_function_of_many_raises_its_failure() -> None:
+    rubric = Rubric([Together()], catch_errors=False)
+    assert rubric.score_group(["Paris"], [SAMPLE], [""])[0].values == {"together": 0.5}
+    with pytest.raises(ValueError, match="no reply"):
+        rubric.score_group(["Paris", ""], [SAMPLE] * 2, ["", ""])

@@ -1,6 +1,7 @@
 """SingleTurnTask: samples, a prompt and a rubric behind the ordinary task contract: the
 splits and their ids, one reply that ends the episode, the outcome at the threshold, the
-oracle or its plain absence, and construction from a config as well as in Python."""
+oracle or its plain absence, construction from a config as well as in Python, and a
+rubric that scores a group's replies together scoring them where the group ends."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from src.records.episode import EpisodeStatus, Outcome, StepInfo
+from src.records.episode import Episode, EpisodeStatus, Outcome, StepInfo
 from src.run_experiment import main
-from src.tasks.rubric import Rubric
+from src.tasks.rubric import ERRORS_KEY, Rubric
 from src.tasks.single_turn import SingleTurnTask
+from tests.tasks.test_rubric import Together
 
 ROWS = [{"question": "France", "answer": "Paris", "category": "europe"},
         {"question": "Japan", "answer": "Tokyo"},
@@ -200,3 +202,32 @@ def test_a_config_builds_it_with_its_parameters_checked(tmp_path: Path, capsys) 
                       .replace("prompt:", "threshold: high\n      prompt:"))
     assert main(["--config_path", str(config), "--dry_run"]) == 2
     assert "invalid parameters for SingleTurnTask: threshold:" in capsys.readouterr().err
+
+
+def test_a_rubric_that_scores_together_scores_the_group_where_it_ends() -> None:
+    together = Together()  # worth a tenth of the reply's length; fails on an empty one
+    task = capitals(rubric=Rubric([exact, together], weights=[1.0, 0.5]))
+    group = []
+    for index, reply in enumerate(["Lima", "", "Cusco"]):
+        environment = task.new_episode()
+        environment.reset(options={"sample_id": "validation-000000"})
+        assert environment.sample is not None
+        episode = Episode(environment.sample, index, 0, environment)
+        _, episode.reward, terminated, _, info = environment.step(reply)
+        assert terminated and episode.reward == 0.0 and info["metrics"] == {}
+        episode.status, episode.outcome = info["status"], info["outcome"]
+        group.append(episode)
+    assert together.calls == []  # the steps score nothing
+    scores = task.score_group(group)
+    assert together.calls == [["Lima", "", "Cusco"]]
+    assert [score.reward for score in scores] == [1.0 + 0.5 * 0.4, 0.0, 0.5 * 0.5]
+    assert [score.outcome for score in scores] == [Outcome.CORRECT, Outcome.INCORRECT,
+                                                   Outcome.INCORRECT]
+    # each reply's figures as the rubric scores it by itself
+    alone = Rubric([exact, Together()], weights=[1.0, 0.5])
+    for episode, score in zip(group, scores, strict=True):
+        assert episode.environment.last_reply is not None
+        by_itself = alone.score(episode.environment.last_reply, episode.sample,
+                                "The capital of Peru?")
+        assert score.metrics == by_itself.metrics() and score.info == by_itself.info()
+    assert scores[1].info == {ERRORS_KEY: {"together": "ValueError: no reply"}}

@@ -138,7 +138,7 @@ def test_rollout_hands_each_slot_a_new_environment_and_closes_them() -> None:
     episodes = roll_out_lockstep(samples, task, OracleAgent(), batch_index=0,
                                  seeds=list(range(len(samples))))
     assert len(task.handed_out) == 6 and len({id(e) for e in task.handed_out}) == 6
-    assert [episode.task for episode in episodes] == task.handed_out
+    assert [episode.environment for episode in episodes] == task.handed_out
     assert all(environment.closed for environment in task.handed_out)
     assert all(episode.outcome is Outcome.CORRECT for episode in episodes)
     assert task.groups == [["train-000000"] * 2, ["train-000001"] * 2, ["train-000002"] * 2]

@@ -14,6 +14,7 @@ from src.language_models.tool_calls import hermes_text
 from src.records.episode import Episode, EpisodeStatus, Outcome, ToolEnvironment
 from src.run.rollout import roll_out_lockstep
 from src.tasks.instance.math_python_tool.task import MathPythonToolTask
+from src.tasks.splits import Splits
 from src.tasks.task import TaskSettingError
 from src.tasks.tool_episode import ToolEpisode
 from tests.sandboxes.processes import note_present_processes, sandbox_processes
@@ -43,7 +44,7 @@ class ScriptedAgent(Agent):
 @pytest.fixture
 def task() -> Iterator[MathPythonToolTask]:
     note_present_processes()
-    family = MathPythonToolTask(num_train=4, num_validation=2, max_round=4,
+    family = MathPythonToolTask(splits=Splits(num_train=4, num_validation=2), max_round=4,
                                 tools=["python", "bash"], max_tool_output_chars=200,
                                 max_calls_per_reply=3,
                                 sandbox={"limits": {"wall_timeout_s": 2, "cpu_time_s": 2}})
@@ -138,7 +139,7 @@ def test_calls_past_the_reply_limit_are_not_run(task: MathPythonToolTask) -> Non
 
 
 def kill_sandbox_then_call(episode: Episode) -> str:
-    environment = episode.task
+    environment = episode.environment
     assert isinstance(environment, ToolEpisode)
     bubblewrap = psutil.Process(environment._sandbox.process.pid)
     for process in bubblewrap.children(recursive=True):

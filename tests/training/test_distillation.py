@@ -15,7 +15,8 @@ from src.language_models.instance.huggingface_lora_language_model import (
     HuggingfaceLoRALanguageModel,
 )
 from src.language_models.language_model import SamplingParams
-from src.online_training.trainer import RLTrainingCallback
+from src.online_training.trainer import RLTrainer
+from src.online_training.trajectory_rows import token_rows
 from src.records.trajectory import Trajectory
 from src.training.distillation import REVERSE_KL, Graded, check_same_tokenizer
 from src.training.learner import Learner
@@ -51,11 +52,11 @@ def multi_turn_trajectories(model: HuggingfaceLoRALanguageModel) -> list[Traject
     return trajectories
 
 
-def graded_rows(callback: RLTrainingCallback, trajectories: list[Trajectory],
+def graded_rows(callback: RLTrainer, trajectories: list[Trajectory],
                 task_advantages: torch.Tensor | None = None) -> tuple[TokenRows, Graded]:
     """The rows the trainer builds for these trajectories, graded as its update grades
     them (task advantages 0 unless given)."""
-    rows, _ = callback._token_rows(trajectories)
+    rows, _ = token_rows(trajectories, callback.model, callback.ppo.mask_truncated_completions)
     rows.advantages = (torch.zeros(len(trajectories)) if task_advantages is None
                        else task_advantages.clone())
     assert callback.teacher is not None and isinstance(callback.learner, Learner)
@@ -78,7 +79,7 @@ def test_the_teacher_scores_exactly_the_student_s_sampled_ids(
         student: HuggingfaceLoRALanguageModel, teacher: HuggingfaceLoRALanguageModel) -> None:
     trajectories = multi_turn_trajectories(student)
     # a micro-batch a group: its two rows packed, their shared prompt scored once
-    callback = RLTrainingCallback(student, teacher=teacher,
+    callback = RLTrainer(student, teacher=teacher,
                                   optimizer=OptimizerSettings(micro_batch_max_tokens=50))
     rows, graded = graded_rows(callback, trajectories)
     assert teacher.packs_shared_prefixes
@@ -101,7 +102,7 @@ def test_the_teacher_scores_exactly_the_student_s_sampled_ids(
 def test_a_teacher_with_the_student_s_weights_gives_no_advantage(
         student: HuggingfaceLoRALanguageModel, tiny_model_path: Path) -> None:
     twin = make_model(tiny_model_path)  # the same seed: the same weights
-    callback = RLTrainingCallback(student, teacher=twin)
+    callback = RLTrainer(student, teacher=twin)
     rows, graded = graded_rows(callback, multi_turn_trajectories(student))
     # the student's log-prob is the sampler's: equal to the teacher's up to the sampler's
     # arithmetic
@@ -121,7 +122,7 @@ def test_the_advantage_has_the_formula_s_sign_on_a_hand_checked_token(
     trajectories = multi_turn_trajectories(student)
     settings = DistillationSettings(weight=0.5, reward_weight=2.0)
     task = torch.tensor([1.0, -1.0, 0.5, -0.5])
-    callback = RLTrainingCallback(student, teacher=teacher, distillation=settings)
+    callback = RLTrainer(student, teacher=teacher, distillation=settings)
     rows, graded = graded_rows(callback, trajectories, task)
     assert rows.token_advantages is not None
     ids = trajectories[0].token_ids
@@ -158,5 +159,5 @@ def test_a_teacher_with_another_tokenizer_is_a_config_error(
     assert str(other) in str(error.value) and str(tiny_model_path) in str(error.value)
     assert "<only-the-teacher-has-it>" in str(error.value)
     with pytest.raises(ConfigError, match="tokenize differently"):
-        RLTrainingCallback(student, teacher=teacher)
+        RLTrainer(student, teacher=teacher)
     check_same_tokenizer(student, make_model(tiny_model_path))  # a second load is the same

@@ -3,15 +3,93 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
+from pydantic import ValidationError
 
-from src.training.policy_losses import GSPO, POLICY_LOSSES, ClipRange, PolicyGradient, PPOClip
+from src.run_experiment import main
+from src.training.policy_losses import (
+    GSPO,
+    POLICY_LOSSES,
+    ClipRange,
+    PolicyGradient,
+    PolicyLoss,
+    PPOClip,
+)
+from src.training.settings import PPOSettings
+
+# an RL run by short names, its trainer's loss named by the test
+ASSIGNMENT = """\
+assignment_config:
+  output_dir: {output}
+  rollout: {{batch_size: 2, group_size: 2, max_batches: 1}}
+  evaluation: {{at_start: false, at_end: false}}
+  task: {{name: math_problems, parameters: {{num_train: 4, num_validation: 2}}}}
+  language_model_list:
+    - name: policy
+      module: src.language_models.instance.huggingface_lora_language_model
+      parameters:
+        model_name_or_path: {model}
+        dtype: float32
+        lora_config: {{r: 4, lora_alpha: 8, target_modules: [q_proj, v_proj]}}
+  agent: {{name: lora_rl_agent, parameters: {{max_new_tokens: 8}}}}
+  callback_dict:
+    rl_training:
+      name: rl_training
+      # the entropy bonus keeps every step's forward (an update whose advantages are
+      # all 0 and nothing else in the loss skips it: the loss would not be called)
+      parameters: {{ppo: {{loss: {loss}, entropy_coeff: 0.01}}}}
+"""
 
 
 def test_registry_names() -> None:
     assert set(POLICY_LOSSES) == {"ppo_clip", "reinforce", "gspo"}
+
+
+@pytest.fixture
+def halved_ppo_clip() -> Iterator[type[PPOClip]]:
+    """A loss added the one way there is: its class, registered by its name where it is
+    defined (here, for the test's length only)."""
+
+    @POLICY_LOSSES.register("halved_ppo_clip")
+    class HalvedPPOClip(PPOClip):
+        """ppo_clip's per-token loss, halved; it counts its calls."""
+
+        calls = 0
+
+        def __call__(self, logp: torch.Tensor, old: torch.Tensor, advantage: torch.Tensor,
+                     mask: torch.Tensor) -> PolicyLoss:
+            HalvedPPOClip.calls += 1
+            loss = super().__call__(logp, old, advantage, mask)
+            return PolicyLoss(loss.per_token / 2, loss.clipped_low, loss.clipped_high)
+
+    yield HalvedPPOClip
+    POLICY_LOSSES.unregister("halved_ppo_clip")
+
+
+def test_a_loss_registered_where_it_is_defined_is_a_config_value_that_trains(
+        halved_ppo_clip: type[PPOClip], tiny_model_path: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert PPOSettings(loss="halved_ppo_clip").loss == "halved_ppo_clip"
+    with pytest.raises(ValidationError, match="Input should be 'ppo_clip', 'reinforce', "
+                                              "'gspo' or 'halved_ppo_clip'"):
+        PPOSettings(loss="halved")
+    path = tmp_path / "assignment.yaml"
+    path.write_text(ASSIGNMENT.format(output=tmp_path / "run", model=tiny_model_path,
+                                      loss="halved"))
+    assert main(["--config_path", str(path), "--dry_run"]) == 2
+    error = capsys.readouterr().err
+    assert f"config error: {path}:" in error
+    assert ("ppo.loss: Input should be 'ppo_clip', 'reinforce', 'gspo' or 'halved_ppo_clip'"
+            in error)
+    path.write_text(ASSIGNMENT.format(output=tmp_path / "run", model=tiny_model_path,
+                                      loss="halved_ppo_clip"))
+    assert main(["--config_path", str(path), "--no_progress"]) == 0
+    assert halved_ppo_clip.calls > 0
+    assert (tmp_path / "run" / "callback_state" / "rl_training").is_dir()
 
 
 def test_ppo_clip_loss_pinned() -> None:

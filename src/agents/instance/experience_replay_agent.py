@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from src.agents.instance.lora_rl_agent import LoRARLAgent
+from src.agents.instance.token_exact_agent import TokenExactAgent
+from src.configuration.components import COMPONENTS
 from src.language_models.language_model import LanguageModel, NewTokens, Temperature, TopP
 from src.records.episode import Episode, Outcome
 from src.storage.files import atomic_write_json
@@ -25,7 +26,8 @@ MEMORY_FILE = "replay_memory.json"
 Turns = list[tuple[str, str]]
 
 
-class ExperienceReplayAgent(LoRARLAgent, Stateful):
+@COMPONENTS.register("experience_replay_agent")
+class ExperienceReplayAgent(TokenExactAgent, Stateful):
     """The LoRA agent with earlier successes shown before each chat, as earlier turns of
     the conversation: the in-context baseline an RL run is compared with (no weight
     changes). Only training episodes add to the memory, once they have ended; evaluation

@@ -11,7 +11,7 @@ conversation (each reply as sampled, each tool result or user message after it),
 per model call.
 Its client talks to an OpenAI-compatible endpoint (`src.agents.openai_endpoint`) served by
 this agent's language model, the policy being trained (in process or a rollout pool), that
-records every call token-exact into the episode's trajectory, so that the RL callback
+records every call token-exact into the episode's trajectory, so that the RL trainer
 trains on exactly what was sampled. The functions of all running episodes run in threads
 and their calls are answered in one batched `generate` (lockstep). With `tools`, where the
 model's chat template renders them, replies in the Hermes format come back as `tool_calls`;
@@ -65,7 +65,7 @@ from src.agents.openai_endpoint.server import (
     check_supported,
     completion_response,
 )
-from src.configuration.components import import_dotted
+from src.configuration.components import COMPONENTS, import_dotted
 from src.language_models.chat_template import probe_turn_boundary, render_continuation
 from src.language_models.language_model import (
     LanguageModel,
@@ -104,6 +104,7 @@ class _ToolConversation:
     fed: int = 1  # chat messages already in `messages`
 
 
+@COMPONENTS.register("openai_client_agent")
 class OpenAIClientAgent(SamplingAgent):
     def __init__(self, language_model: LanguageModel, agent_function: str | None = None,
                  temperature: Temperature = 1.0, top_p: TopP = 1.0,
@@ -212,7 +213,7 @@ class OpenAIClientAgent(SamplingAgent):
 
     def _start_tool_conversation(self, episode: Episode) -> None:
         """A tool episode's first messages, once the function is known to take tools."""
-        task = episode.task
+        task = episode.environment
         tools = task.tool_schemas() if isinstance(task, ToolEnvironment) else []
         if not tools:
             return
@@ -232,7 +233,7 @@ class OpenAIClientAgent(SamplingAgent):
         """A tool episode's conversation through its latest observation, and its tools."""
         conversation = self._tool_conversations[id(episode)]
         observations = episode.chat[conversation.fed + 1:]  # after the reply already in it
-        task = episode.task
+        task = episode.environment
         results = (task.tool_results() if conversation.tools is not None
                    and isinstance(task, ToolEnvironment) else None)
         calls = conversation.messages[-1].get("tool_calls") or []
@@ -272,12 +273,12 @@ class OpenAIClientAgent(SamplingAgent):
         """The agent function, or else the episode environment's own `client_rollout`."""
         if self.agent_function is not None:
             return self.agent_function
-        if not isinstance(episode.task, ClientRolloutEnvironment):
+        if not isinstance(episode.environment, ClientRolloutEnvironment):
             raise TypeError(
                 f"openai_client_agent has no agent_function, so each episode's environment "
                 f"must drive its conversation itself (a client_rollout method), and "
-                f"{type(episode.task).__name__} does not: give the agent an agent_function")
-        return episode.task.client_rollout
+                f"{type(episode.environment).__name__} does not: give the agent an agent_function")
+        return episode.environment.client_rollout
 
     def _session_key(self, episode: Episode) -> str:
         """A URL-safe key from the episode's identity (so a resumed run logs the same)."""

@@ -1,6 +1,6 @@
 """A Hugging Face causal LM with a PEFT LoRA adapter: samples with log-probs, scores, trains.
 
-This class owns the weights and the adapter; it is the policy the RL callback trains
+This class owns the weights and the adapter; it is the policy the RL trainer trains
 (`TrainableLanguageModel`) and an engine a rollout pool builds (`InferenceEngine`). Its
 internals are in src/language_models/huggingface/: the parts it is built from
 (policy_parts: attention, sampler, the PEFT model, whose LoRA layers run their products in
@@ -22,6 +22,7 @@ from peft import PeftModel, set_peft_model_state_dict
 from peft.utils import load_peft_weights
 from transformers import AutoConfig, AutoTokenizer
 
+from src.configuration.components import COMPONENTS
 from src.language_models.embedded_model import DEFAULT_MODEL, resolve_model_path
 from src.language_models.huggingface.fused_lora_sampler import FusedLoRASampler
 from src.language_models.huggingface.kv_cache_sampler import KVCacheSampler
@@ -73,6 +74,7 @@ def decoder_activation_bytes(config: Any, element_size: int,
     return kept + vocab * (element_size + 8)
 
 
+@COMPONENTS.register("huggingface_lora")
 class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
     """The trained policy: a Hugging Face causal LM with a PEFT LoRA adapter, which samples
     (each token with its log-prob), scores and trains. The LoRA parameters, their gradients
@@ -93,7 +95,7 @@ class HuggingfaceLoRALanguageModel(TrainableLanguageModel, InferenceEngine):
         # the base weights', in which sampling and the trainer's forward and backward run.
         # auto: fp32 on CPU, bf16 on CUDA; bfloat16_where_native: bf16 on CUDA and on CPUs
         # with bf16 matrix instructions (AMX, AVX512-BF16), else fp32. In bf16 sampler and
-        # trainer log-probs differ by about 1e-2 a token: give the RL callback `mismatch:
+        # trainer log-probs differ by about 1e-2 a token: give the RL trainer `mismatch:
         # {old_logprobs: trainer, correction: tis}` (free when a batch is one step)
         dtype: Dtype = "auto",
         device: str = "auto",  # auto: cuda where torch sees a GPU, else cpu

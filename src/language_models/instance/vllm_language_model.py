@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from src.configuration.components import COMPONENTS
 from src.language_models.embedded_model import DEFAULT_MODEL, resolve_model_path
 from src.language_models.language_model import (
     EnginePlacement,
@@ -22,6 +23,7 @@ from src.language_models.language_model import (
 )
 
 
+@COMPONENTS.register("vllm")
 class VLLMLanguageModel(InferenceEngine):
     """A vLLM engine, usually a rollout pool's `engine: vllm` (which sets the model, LoRA
     rank and parallelism from the trainer; `engine_parameters` sets the rest). Each token

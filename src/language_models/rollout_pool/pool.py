@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from src.configuration.components import COMPONENTS
 from src.language_models.language_model import (
     EnginePlacement,
     Generation,
@@ -39,9 +40,10 @@ class EngineFailure(RuntimeError):
     """An engine kept failing after the pool ran out of restarts."""
 
 
+@COMPONENTS.register("rollout_pool")
 class RolloutPool(LanguageModel):
     """Sampling in a pool of inference engines, one per Ray actor: name the trained model
-    as `trainer` and give the pool to the agent; the RL callback keeps training `trainer`
+    as `trainer` and give the pool to the agent; the RL trainer keeps training `trainer`
     in process (configs/assignments/math_grpo_rollout_pool_hf.yaml, ..._vllm.yaml).
 
     Weight sync: before sampling, engines more than `max_staleness` updates behind the

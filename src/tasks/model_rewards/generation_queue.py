@@ -4,9 +4,11 @@ Judges may ask one model from several threads together (src/tasks/model_rewards/
 when requests arrive together), while a model is not made to generate in two threads at
 once. The model's `GenerationQueue` (`generation_queue(model)`: one per model, shared by
 every judge of it) owns all that its judges do with it: callers submit a chat (a system
-prompt and a user message) and wait for the reply's text; its `CallBatcher`'s one worker
-thread renders, tokenises and answers a batch of chats in one `generate` call (those of
-equal sampling settings together), so the tokenizer is used in that thread only too. A
+prompt and a user message), or a group's chats together (`submit_many`: answered alone,
+in calls of `max_batch` in their order), and wait for the reply's text; its
+`CallBatcher`'s one worker thread renders, tokenises and answers a batch of chats in one
+`generate` call (those of equal sampling settings together), so the tokenizer is used in
+that thread only too. A
 chat whose prompt and `max_new_tokens` would pass the model's context, and every chat of a
 generate call that raised, gets the error as its result.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -50,6 +53,12 @@ class GenerationQueue:
     def submit(self, chat: Chat) -> Future[str]:
         """Queue `chat`; its future holds the reply's text (or the error)."""
         return self._batcher.submit(chat, chat.window_s, chat.max_batch)
+
+    def submit_many(self, chats: Sequence[Chat], max_batch: int) -> list[Future[str]]:
+        """Queue a group's `chats`, answered alone in calls of at most `max_batch` in their
+        order (src/tasks/model_rewards/batching); each future holds its chat's reply's
+        text (or the error)."""
+        return self._batcher.submit_many(chats, max_batch)
 
     def _answer(self, batch: list[Chat]) -> list[str | BaseException]:
         """The replies of `batch`, one generate call for each set of sampling settings."""

@@ -23,10 +23,12 @@ The judge is one of:
   threads; to judge with the policy's base as it was, list a second copy of it. The
   message goes through the model's chat template and is answered at `temperature` (0,
   the default: greedy) with at most `max_tokens` new tokens, through the model's
-  `GenerationQueue` (generation_queue.py): one generate call at a time, judges' requests
-  that arrive together (within `batch_wait_s` of the first, up to `batch_size`)
-  answered in one call. A prompt that with `max_tokens` passes the model's context is a
-  judge error;
+  `GenerationQueue` (generation_queue.py): one generate call at a time. A group's
+  replies judged together (`many`) are one call, cut every `batch_size` chats, in their
+  order and joined by no other request, so that a run repeats bit for bit; replies
+  judged one by one (a call of the judge) from several threads are answered together
+  where they arrive within `batch_wait_s` of the first (up to `batch_size`). A prompt
+  that with `max_tokens` passes the model's context is a judge error;
 - or a server by URL (`base_url`'s chat completions, `model` the name it serves: a vLLM
   server, say). The API key, where the server wants one, is read from the environment
   variable that `api_key_variable` names: a config never holds the key itself. Each
@@ -34,16 +36,19 @@ The judge is one of:
   failed (connection refused or reset, a request past its timeout, HTTP 5xx or 429), at
   most `retries` times after pauses of `backoff_s`, doubling; an answer that holds no
   readable verdict, or another refusal (HTTP 4xx), is not asked again. Requests go
-  through one client (an HTTP connection pool, safe across threads).
+  through one client (an HTTP connection pool, safe across threads); a group's replies
+  judged together (`many`) are sent at once, `batch_size` at a time.
 
 The judge runs in the calling process (`runs_in_caller`): the rubric's bounded worker has
 no network and no model, and a judge is trusted code that evaluates nothing of the reply.
 It bounds itself instead: all of a reply's waiting (queue, tries and pauses) by
-`total_timeout_s` (keep it under the rollout's `faults.step_timeout_s`, which bounds the
-whole step); each sample field (the reply among them) is cut to `max_field_chars` before
+`total_timeout_s`, counted for a group judged together from when the group was asked
+(keep it under the rollout's `faults.step_timeout_s`, which bounds a step that judges a
+reply); each sample field (the reply among them) is cut to `max_field_chars` before
 it is put in the template, and the verdict is read from its last `VERDICT_READ_CHARS`.
-Verdicts are kept in an in-memory LRU of `cache_size` requests keyed by the whole request
-(a group's identical replies are judged once).
+Verdicts are kept in an in-memory LRU of `cache_size` requests keyed by the whole request,
+and a group's identical replies are asked once (a group judged together asks each
+distinct request once, in the order of their first reply).
 
 A judge that fails, runs past its bound or answers unreadably raises `JudgeError`: the
 rubric scores that reply 0 for this function, reports `<name>/error` 1 and keeps the
@@ -56,125 +61,23 @@ verdict, each cut to `stored_chars`, in the episode's info under `reward_functio
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
 import re
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    NonNegativeFloat,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
-    model_validator,
-)
-
 from src.language_models.language_model import LanguageModel, SamplingParams
-from src.tasks.instance.optional_packages import import_optional
 from src.tasks.model_rewards.generation_queue import Chat, generation_queue
-from src.tasks.rubric import DetailedReward
-from src.tasks.single_turn import format_fields
-
-# the default verdict formats: "Score: 7" (also "**Score:** 7"), and a final \boxed{label}
-SCORE_PATTERN = r"(?i)score\**\s*[:=]\s*\**\s*([-+]?\d+(?:\.\d+)?)"
-LABEL_PATTERN = r"\\boxed\{\s*([^{}]*?)\s*\}"
-# the end of a verdict that is searched: a server that ignores `max_tokens` cannot make
-# the pattern scan megabytes (the final verdict is at the end)
-VERDICT_READ_CHARS = 100_000
-TEMPLATE_FIELDS = ("reply", "prompt", "sample_id")  # beside the sample's own fields
-# the settings that only a judge by URL reads, and those that only a language model's reads
-SERVER_SETTINGS = frozenset({"model", "api_key_variable", "request_timeout_s", "retries",
-                             "backoff_s"})
-MODEL_SETTINGS = frozenset({"batch_size", "batch_wait_s"})
-
-
-class JudgeSettings(BaseModel):
-    """A judge's settings (the `parameters` of a `RewardTerm` naming `Judge`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = "judge"  # the reward function's name: metrics `<name>`, `<name>/error`
-    # the judge: a language model of the run by its name in language_model_list ...
-    language_model: str | None = None
-    # ... or a server: its OpenAI API root (e.g. http://localhost:8000/v1) and the name
-    # of the model it serves
-    base_url: str | None = None
-    model: str | None = None
-    # (a server) the environment variable that holds the API key; None: it wants none
-    api_key_variable: str | None = None
-    # the user message: a format string over {reply}, {prompt}, {sample_id} and the
-    # sample's fields ({answer}, ...); the task's reply and prompt win over sample fields
-    # of the same name
-    template: str
-    system: str | None = None  # a system message before it
-    score_range: tuple[float, float] | None = None  # a score verdict: its [low, high]
-    labels: dict[str, float] | None = None  # a label verdict: each label's value
-    # a regular expression whose first group is the verdict (its last match counts);
-    # None: `Score: N` for scores, a final \boxed{label} for labels
-    pattern: str | None = None
-    temperature: NonNegativeFloat = 0.0
-    max_tokens: PositiveInt = 1024  # of the verdict
-    request_timeout_s: PositiveFloat = 60.0  # (a server) one request
-    total_timeout_s: PositiveFloat = 120.0  # one reply's waiting, tries and pauses together
-    retries: NonNegativeInt = 3  # (a server) tries after the first, on transport failures
-    backoff_s: NonNegativeFloat = 1.0  # (a server) the first pause before a try; doubled
-    # (a language model) requests answered in one generate call, and how long the first
-    # of them waits for others to join
-    batch_size: PositiveInt = 16
-    batch_wait_s: NonNegativeFloat = 0.005
-    max_field_chars: PositiveInt = 8000  # each field put in the template, cut to this
-    stored_chars: NonNegativeInt = 4000  # the prompt and the verdict kept in the episode
-    cache_size: NonNegativeInt = 4096  # requests whose verdicts are kept; 0: none
-
-    @model_validator(mode="after")
-    def check_verdict(self) -> JudgeSettings:
-        if not self.name.isidentifier():
-            raise ValueError(f"name {self.name!r} is not an identifier (a metric's name)")
-        self.check_judge()
-        if (self.score_range is None) == (self.labels is None):
-            raise ValueError("give one of score_range (a score verdict) and labels (a label "
-                             "verdict)")
-        if self.score_range is not None and not self.score_range[0] < self.score_range[1]:
-            raise ValueError(f"score_range {list(self.score_range)}: low must be below high")
-        if self.labels is not None:
-            folded = [label.strip().casefold() for label in self.labels]
-            if not folded or len(set(folded)) != len(folded):
-                raise ValueError(f"labels {sorted(self.labels)}: give distinct labels (they "
-                                 "are compared without case)")
-        try:
-            if re.compile(self.verdict_pattern).groups < 1:
-                raise ValueError(f"pattern {self.verdict_pattern!r} has no group to read")
-        except re.error as error:
-            raise ValueError(f"pattern {self.verdict_pattern!r}: {error}") from error
-        if "reply" not in format_fields(self.template):
-            raise ValueError("template never reads {reply}: the judge would not see the reply")
-        return self
-
-    def check_judge(self) -> None:
-        """One judge, and no setting that only the other kind reads."""
-        if (self.language_model is None) == (self.base_url is None):
-            raise ValueError("give one of language_model (a language model of the run) and "
-                             "base_url (a server)")
-        if self.base_url is not None and self.model is None:
-            raise ValueError("base_url needs model: the name of the model the server serves")
-        other = (SERVER_SETTINGS if self.language_model is not None else MODEL_SETTINGS)
-        given = sorted(other & self.model_fields_set)
-        if given:
-            kind = ("a language model" if self.language_model is not None else "a server")
-            raise ValueError(f"{', '.join(given)}: not read by a judge that is {kind}")
-
-    @property
-    def verdict_pattern(self) -> str:
-        if self.pattern is not None:
-            return self.pattern
-        return SCORE_PATTERN if self.score_range is not None else LABEL_PATTERN
+from src.tasks.model_rewards.judge_settings import VERDICT_READ_CHARS, JudgeSettings
+from src.tasks.optional_packages import import_optional
+from src.tasks.reward_functions import DetailedReward
 
 
 class JudgeError(RuntimeError):
@@ -197,14 +100,15 @@ class Judge:
                  **settings: Any) -> None:
         self.settings = JudgeSettings.model_validate(settings)
         self.__name__ = self.settings.name
+        self._ask: Callable[[str], str]
+        self._ask_many: Callable[[list[str]], list[str | Exception]]
         if self.settings.language_model is not None:
             self._queue = generation_queue(self._model_of(language_models or {}))
-            ask: Callable[[str], str] = self._ask_model
+            self._ask, self._ask_many = self._ask_model, self._ask_model_many
         else:
             self._client = self._server_client()
-            ask = self._ask_server
-        # only answers are kept: a failure raises through the cache
-        self._verdict_of = functools.lru_cache(maxsize=self.settings.cache_size)(ask)
+            self._ask, self._ask_many = self._ask_server, self._ask_server_many
+        self._verdicts = _Verdicts(self.settings.cache_size)
         self._pattern = re.compile(self.settings.verdict_pattern)
 
     @classmethod
@@ -241,19 +145,70 @@ class Judge:
 
     def __call__(self, reply: str, prompt: str, sample: Mapping[str, Any],
                  sample_id: str) -> DetailedReward:
+        message, request = self._request(reply, prompt, sample, sample_id)
+        verdict = self._verdicts.get(request)
+        if verdict is None:
+            verdict = self._ask(request)
+            self._verdicts.put(request, verdict)  # kept before it is read: read again alike
+        return self._reward(message, verdict)
+
+    def many(self, arguments: Sequence[Mapping[str, Any]]
+             ) -> list[DetailedReward | Exception]:
+        """The rewards of a group's replies (each the keyword arguments of a call: reply,
+        prompt, sample, sample_id), their distinct requests not in the cache asked
+        together (see the module docstring); each reply's failure (JudgeError) is its own
+        entry, in the place of its reward."""
+        results: list[DetailedReward | Exception | None] = [None] * len(arguments)
+        messages: dict[int, str] = {}
+        asked: dict[str, list[int]] = {}  # each request not in the cache -> its replies
+        for index, given in enumerate(arguments):
+            try:
+                messages[index], request = self._request(**given)
+            except Exception as error:  # a sample that lacks a field the template reads
+                results[index] = error
+                continue
+            verdict = self._verdicts.get(request)
+            if verdict is None:
+                asked.setdefault(request, []).append(index)
+            else:
+                results[index] = self._reward_or_error(messages[index], verdict)
+        verdicts = self._ask_many(list(asked)) if asked else []
+        for (request, indices), verdict in zip(asked.items(), verdicts, strict=True):
+            if not isinstance(verdict, Exception):
+                self._verdicts.put(request, verdict)
+            for index in indices:
+                results[index] = (verdict if isinstance(verdict, Exception)
+                                  else self._reward_or_error(messages[index], verdict))
+        answered = [result for result in results if result is not None]
+        assert len(answered) == len(results)  # every reply is scored, cached or asked
+        return answered
+
+    def _request(self, reply: str, prompt: str, sample: Mapping[str, Any],
+                 sample_id: str) -> tuple[str, str]:
+        """The filled template, and the request that asks it: the JSON of its chat and
+        settings (the cache's key)."""
         message = self.message(reply, prompt, sample, sample_id)
         settings = self.settings
         messages = ([{"role": "system", "content": settings.system}] if settings.system
                     else []) + [{"role": "user", "content": message}]
         judge = ({"language_model": settings.language_model} if settings.base_url is None
                  else {"model": settings.model})
-        request = json.dumps({**judge, "messages": messages,
-                              "temperature": settings.temperature,
-                              "max_tokens": settings.max_tokens}, sort_keys=True)
-        verdict = self._verdict_of(request)
+        return message, json.dumps({**judge, "messages": messages,
+                                    "temperature": settings.temperature,
+                                    "max_tokens": settings.max_tokens}, sort_keys=True)
+
+    def _reward(self, message: str, verdict: str) -> DetailedReward:
+        """The verdict's reward, with the message and the verdict kept beside it;
+        JudgeError where the verdict holds none."""
+        stored = self.settings.stored_chars
         return DetailedReward(self.read(verdict), texts={
-            "prompt": _cut(message, settings.stored_chars),
-            "verdict": _cut(verdict, settings.stored_chars)})
+            "prompt": _cut(message, stored), "verdict": _cut(verdict, stored)})
+
+    def _reward_or_error(self, message: str, verdict: str) -> DetailedReward | Exception:
+        try:
+            return self._reward(message, verdict)
+        except JudgeError as error:
+            return error
 
     def message(self, reply: str, prompt: str, sample: Mapping[str, Any],
                 sample_id: str) -> str:
@@ -296,17 +251,41 @@ class Judge:
     def _ask_model(self, request: str) -> str:
         """The language model's verdict for a request (the JSON of its chat); JudgeError
         where none came within `total_timeout_s`."""
+        deadline = time.monotonic() + self.settings.total_timeout_s
+        return self._awaited(self._queue.submit(self._chat(request)), deadline)
+
+    def _ask_model_many(self, requests: list[str]) -> list[str | Exception]:
+        """The language model's verdicts for a group's requests, submitted together; each
+        a JudgeError where none came within `total_timeout_s` of the group's asking."""
+        settings = self.settings
+        deadline = time.monotonic() + settings.total_timeout_s
+        replies = self._queue.submit_many([self._chat(request) for request in requests],
+                                          settings.batch_size)
+        verdicts: list[str | Exception] = []
+        for reply in replies:
+            try:
+                verdicts.append(self._awaited(reply, deadline))
+            except JudgeError as error:
+                verdicts.append(error)
+        return verdicts
+
+    def _chat(self, request: str) -> Chat:
+        """The model's chat of a request (the JSON of its chat and settings)."""
         settings = self.settings
         body = json.loads(request)
         system = next((message["content"] for message in body["messages"]
                        if message["role"] == "system"), None)
-        reply = self._queue.submit(Chat(
-            system, body["messages"][-1]["content"],
-            SamplingParams(temperature=settings.temperature,
-                           max_new_tokens=settings.max_tokens),
-            settings.batch_wait_s, settings.batch_size))
+        return Chat(system, body["messages"][-1]["content"],
+                    SamplingParams(temperature=settings.temperature,
+                                   max_new_tokens=settings.max_tokens),
+                    settings.batch_wait_s, settings.batch_size)
+
+    def _awaited(self, reply: Future[str], deadline: float) -> str:
+        """The verdict a queued chat gets by `deadline` (a `time.monotonic` time);
+        JudgeError where none came, or the model failed."""
+        settings = self.settings
         try:
-            return reply.result(timeout=settings.total_timeout_s)
+            return reply.result(timeout=max(0.0, deadline - time.monotonic()))
         except FutureTimeout:
             reply.cancel()  # not asked at all where its call has not begun
             raise JudgeError(f"no verdict within total_timeout_s={settings.total_timeout_s:g}"
@@ -318,13 +297,38 @@ class Judge:
     def _ask_server(self, request: str) -> str:
         """The server's verdict for a request (the JSON of its body); JudgeError where no
         answer came within the bounds."""
+        return self._ask_server_by(request, time.monotonic() + self.settings.total_timeout_s)
+
+    def _ask_server_many(self, requests: list[str]) -> list[str | Exception]:
+        """The server's verdicts for a group's requests, `batch_size` sent at once; each
+        a JudgeError where no answer came within `total_timeout_s` of the group's
+        asking."""
+        deadline = time.monotonic() + self.settings.total_timeout_s
+        with ThreadPoolExecutor(min(self.settings.batch_size, len(requests)),
+                                thread_name_prefix=f"judge-{self.__name__}") as pool:
+            asked = [pool.submit(self._ask_server_by, request, deadline)
+                     for request in requests]
+        verdicts: list[str | Exception] = []
+        for reply in asked:
+            try:
+                verdicts.append(reply.result())
+            except Exception as error:  # JudgeError; anything else is the judge's bug
+                verdicts.append(error)
+        return verdicts
+
+    def _ask_server_by(self, request: str, deadline: float) -> str:
+        """The server's verdict for a request (the JSON of its body) by `deadline` (a
+        `time.monotonic` time); JudgeError where no answer came within the bounds."""
         settings = self.settings
-        deadline = time.monotonic() + settings.total_timeout_s
         body = json.loads(request)
         tries = 0
         while True:
             tries += 1
             remaining = deadline - time.monotonic()
+            if remaining <= 0:  # a group's request that waited for the others' answers
+                raise JudgeError(f"no answer within total_timeout_s="
+                                 f"{settings.total_timeout_s:g}: not asked, the group's "
+                                 "other requests took the time")
             try:
                 response = self._client.chat.completions.create(
                     **body, timeout=min(settings.request_timeout_s, remaining))
@@ -349,6 +353,32 @@ class Judge:
         if not isinstance(content, str):
             raise JudgeError(f"an answer whose message has no text: {content!r:.200}")
         return content
+
+
+class _Verdicts:
+    """The verdicts of the last `size` requests asked (none where `size` is 0), by
+    request; safe across threads."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._kept: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, request: str) -> str | None:
+        with self._lock:
+            verdict = self._kept.get(request)
+            if verdict is not None:
+                self._kept.move_to_end(request)
+            return verdict
+
+    def put(self, request: str, verdict: str) -> None:
+        if self._size == 0:
+            return
+        with self._lock:
+            self._kept[request] = verdict
+            self._kept.move_to_end(request)
+            if len(self._kept) > self._size:
+                self._kept.popitem(last=False)
 
 
 def _cut(text: str, limit: int) -> str:

@@ -24,7 +24,10 @@ model too large to load again in the rubric's worker process. Where the model ru
 Either way the model runs without gradients; `scores` takes several inputs at once, in
 batches of `batch_size`, padded on the right (the padding is never attended to, and the
 model reads its last token that is not padding). An input longer than `max_length` tokens
-loses its start, so that the reply's end, where the score is read, stays.
+loses its start, so that the reply's end, where the score is read, stays. A rubric
+scoring a group's replies together (`many`, src/tasks/rubric.py `score_group`) gives them
+to `scores` at once: one forward batch per `batch_size` of them, in their order (in the
+actor, one call of the group's alone), so that a run repeats bit for bit.
 """
 
 from __future__ import annotations
@@ -184,11 +187,31 @@ class RewardModel:
             [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}],
             tokenize=False)
 
-    def scores(self, texts: Sequence[str]) -> list[float]:
+    def many(self, arguments: Sequence[Mapping[str, Any]]) -> list[float | Exception]:
+        """The rewards of a group's replies (each the keyword arguments of a call: reply,
+        prompt, sample, sample_id), scored together by one `scores` call; an input that
+        cannot be written is its reply's failure, a failure of the model every reply's."""
+        inputs: list[str | Exception] = []
+        for given in arguments:
+            try:
+                inputs.append(self.text_of(**given))
+            except Exception as error:  # a sample that lacks a field `text` reads
+                inputs.append(error)
+        texts = [text for text in inputs if isinstance(text, str)]
+        try:
+            scores: list[float | Exception] = (list(self.scores(texts, alone=True)) if texts
+                                               else [])
+        except Exception as error:
+            scores = [error] * len(texts)
+        scored = iter(scores)
+        return [next(scored) if isinstance(text, str) else text for text in inputs]
+
+    def scores(self, texts: Sequence[str], alone: bool = False) -> list[float]:
         """The rewards of several inputs (`text_of`), in batches of `batch_size`: here, or
-        in the actor (together with other threads' inputs that arrive with them)."""
+        in the actor (together with other threads' inputs that arrive with them, unless
+        `alone`: a call of their own)."""
         if self.actor is not None:
-            return self.actor.scores(texts)
+            return self.actor.scores(texts, alone)
         settings = self.settings
         rewards: list[float] = []
         for start in range(0, len(texts), settings.batch_size):

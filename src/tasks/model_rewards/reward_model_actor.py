@@ -9,6 +9,8 @@ actor when the reward function is built, so that the model loads while the run s
 Batching: episodes may be scored from several threads at once; requests that arrive
 together (within `batch_wait_s` of the first, at most `batch_size` of them) go to the
 actor as one call (src/tasks/model_rewards/batching), and each caller gets its own scores.
+A group's inputs scored together (`alone`) are one call of their own, joined by no other
+request, so that what the actor's forward batches hold depends on the group only.
 
 Failures: a call is bounded by `request_timeout_s` (plus `start_timeout_s` on a new
 actor's first call, while its model loads). An actor that dies or runs past that bound is
@@ -125,12 +127,13 @@ class ActorScorer:
         return actor_class.remote(self._build, max(1, int(settings.num_cpus)),
                                   is_reproducible())
 
-    def scores(self, texts: Sequence[str]) -> list[float]:
+    def scores(self, texts: Sequence[str], alone: bool = False) -> list[float]:
         """The scores of `texts`, sent to the actor with the requests that arrive with
-        them (src/tasks/model_rewards/batching); RewardModelActorError where the actor gave
-        none."""
-        reply = self._batcher.submit(list(texts), self.actor_settings.batch_wait_s,
-                                     self.batch_size)
+        them, or `alone` in a call of their own (src/tasks/model_rewards/batching);
+        RewardModelActorError where the actor gave none."""
+        reply = (self._batcher.submit_many([list(texts)], 1)[0] if alone else
+                 self._batcher.submit(list(texts), self.actor_settings.batch_wait_s,
+                                      self.batch_size))
         try:
             return reply.result(timeout=self._wait_bound_s)
         except FutureTimeout:

@@ -27,6 +27,7 @@ from src.language_models.tool_calls import (  # noqa: E402
 from src.records.episode import EpisodeStatus  # noqa: E402
 from src.run.rollout import roll_out_lockstep  # noqa: E402
 from src.tasks.instance.math_problems.task import MathProblemsTask  # noqa: E402
+from src.tasks.splits import Splits
 from tests.agents.scripted_model import ScriptedLanguageModel  # noqa: E402
 from tests.tasks.test_reply_fuzz import HOSTILE_REPLIES  # noqa: E402
 
@@ -213,7 +214,7 @@ def call_editing_agent(client, messages: list[dict[str, str]]) -> str:
 
 def roll_out(model, function: str):
     agent = OpenAIClientAgent(model, f"{__name__}.{function}", max_new_tokens=64)
-    task = MathProblemsTask(max_round=1, num_train=4, num_validation=2)
+    task = MathProblemsTask(max_round=1, splits=Splits(num_train=4, num_validation=2))
     try:
         return roll_out_lockstep([(task.get_sample("train-000000"), 0)], task, agent, 0, [0])[0]
     finally:

@@ -23,6 +23,7 @@ from src.tasks.instance.code_tests import procedural
 from src.tasks.instance.code_tests.checking import UnitTestProgram, check_code
 from src.tasks.instance.code_tests.humaneval import load_problems, problem_program
 from src.tasks.instance.code_tests.task import CodeTestsTask
+from src.tasks.splits import Splits
 from src.tasks.task import TaskSettingError
 from tests.conftest import PROJECT_ROOT
 from tests.tasks.stepping import step_through
@@ -32,15 +33,16 @@ SMOKE = PROJECT_ROOT / "configs" / "assignments" / "smoke_oracle_code_tests.yaml
 
 @pytest.fixture(scope="module")
 def task() -> Iterator[CodeTestsTask]:
-    family = CodeTestsTask(num_train=28, num_validation=14, seed=5, call_timeout_s=1.0)
+    family = CodeTestsTask(splits=Splits(num_train=28, num_validation=14, seed=5),
+                           call_timeout_s=1.0)
     yield family
     family.close()
 
 
 def test_functions_are_seeded_and_validation_asks_variants_never_trained_on(
         task: CodeTestsTask) -> None:
-    again = CodeTestsTask(num_train=28, num_validation=14, seed=5)
-    other_seed = CodeTestsTask(num_train=28, num_validation=14, seed=6)
+    again = CodeTestsTask(splits=Splits(num_train=28, num_validation=14, seed=5))
+    other_seed = CodeTestsTask(splits=Splits(num_train=28, num_validation=14, seed=6))
     try:
         train = [task.get_sample(i) for i in task.sample_ids("train")]
         validation = [task.get_sample(i) for i in task.sample_ids("validation")]

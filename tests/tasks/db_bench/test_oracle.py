@@ -18,7 +18,7 @@ from src.records.episode import Episode, EpisodeStatus, Outcome, Sample
 from src.run.rollout import roll_out_lockstep
 from src.tasks.instance.db_bench.problem import DBBenchProblem, ProblemKind
 from src.tasks.instance.db_bench.skills import SKILLS
-from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill
+from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill, DBBenchSplits
 from tests.tasks.db_bench.servers import BACKENDS
 
 DEV_FILE = Path("agentbench-dbbench") / "dev.jsonl"
@@ -82,7 +82,8 @@ def roll(task: DBBenchSingleSkill, samples: Sequence[Sample], agent: Agent) -> l
 def generated_samples(url: str, per_skill: int) -> list[Sample]:
     samples = []
     for skill in SKILLS:
-        task = DBBenchSingleSkill(skills=[skill], num_train=per_skill, sandbox={"url": url})
+        task = DBBenchSingleSkill(skills=[skill], splits=DBBenchSplits(num_train=per_skill),
+                                  sandbox={"url": url})
         samples += [task.get_sample(sample_id) for sample_id in task.sample_ids("train")]
     return samples
 

@@ -11,7 +11,7 @@ from src.tasks.instance.db_bench.reply_parser import (
     Operation,
     parse_reply,
 )
-from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill
+from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill, DBBenchSplits
 
 MALFORMED = {
     "no action": "SELECT * FROM employees;",
@@ -42,7 +42,8 @@ def test_malformed_replies_are_format_failures(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(MALFORMED))
 def test_malformed_reply_ends_the_episode_as_incorrect(name: str) -> None:
-    environment = DBBenchSingleSkill(skills=["select"], num_train=1).new_episode()
+    environment = DBBenchSingleSkill(skills=["select"],
+                                     splits=DBBenchSplits(num_train=1)).new_episode()
     environment.reset(options={"sample_id": "train-000000"})
     observation, reward, terminated, truncated, info = environment.step(MALFORMED[name])
     assert (observation, reward, terminated, truncated) == ("", -0.1, True, False)
@@ -52,7 +53,8 @@ def test_malformed_reply_ends_the_episode_as_incorrect(name: str) -> None:
 
 
 def test_two_statements_are_an_error_observation_and_the_episode_goes_on() -> None:
-    environment = DBBenchSingleSkill(skills=["select"], num_train=1).new_episode()
+    environment = DBBenchSingleSkill(skills=["select"],
+                                     splits=DBBenchSplits(num_train=1)).new_episode()
     environment.reset(options={"sample_id": "train-000000"})
     observation, reward, terminated, truncated, _ = environment.step(
         "Action: Operation\n```sql\nSELECT 1; SELECT 2\n```")

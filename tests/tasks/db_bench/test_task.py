@@ -12,12 +12,12 @@ import pytest
 from src.records.episode import EpisodeStatus, Outcome
 from src.tasks.instance.db_bench.problem import DBBenchProblem
 from src.tasks.instance.db_bench.skills import SKILLS
-from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill
+from src.tasks.instance.db_bench.task_single_skill import DBBenchSingleSkill, DBBenchSplits
 from tests.tasks.db_bench.test_sandbox import BOUNDED_S, ENDLESS_VIEW, GROWTH, TIMEOUT_S, within
 
 
 def test_first_message_and_an_episode() -> None:
-    task = DBBenchSingleSkill(skills=["where_single_condition"], num_train=1)
+    task = DBBenchSingleSkill(skills=["where_single_condition"], splits=DBBenchSplits(num_train=1))
     environment = task.new_episode()
     observation, info = environment.reset(options={"sample_id": "train-000000"})
     problem = DBBenchProblem.model_validate(task.get_sample("train-000000").data)
@@ -37,10 +37,12 @@ def test_first_message_and_an_episode() -> None:
 
 
 def test_samples_are_deterministic_and_skills_uniform() -> None:
-    first, second = DBBenchSingleSkill(seed=3), DBBenchSingleSkill(seed=3)
+    first, second = (DBBenchSingleSkill(splits=DBBenchSplits(seed=3)),
+                     DBBenchSingleSkill(splits=DBBenchSplits(seed=3)))
     ids = first.sample_ids("train")[:300]
     assert [first.get_sample(i) for i in ids[:20]] == [second.get_sample(i) for i in ids[:20]]
-    assert DBBenchSingleSkill(seed=4).get_sample(ids[0]) != first.get_sample(ids[0])
+    other = DBBenchSingleSkill(splits=DBBenchSplits(seed=4))
+    assert other.get_sample(ids[0]) != first.get_sample(ids[0])
     counts = Counter(first.get_sample(i).category for i in ids)
     assert set(counts) == set(SKILLS) and max(counts.values()) < 30
     assert len(first.sample_ids("validation")) == 64
@@ -55,7 +57,7 @@ def test_samples_are_deterministic_and_skills_uniform() -> None:
 ])
 def test_round_limit(skill: str, setting: str, outcome: Outcome, reward: float) -> None:
     """A right modification at the limit counts as correct unless told otherwise."""
-    task = DBBenchSingleSkill(skills=[skill], num_train=1, max_round=1,
+    task = DBBenchSingleSkill(skills=[skill], splits=DBBenchSplits(num_train=1), max_round=1,
                               modification_correct_at_round_limit=setting)
     environment = task.new_episode()
     environment.reset(options={"sample_id": "train-000000"})
@@ -69,7 +71,7 @@ def test_round_limit(skill: str, setting: str, outcome: Outcome, reward: float) 
 
 
 def test_wrong_modification_at_the_round_limit_is_a_timeout() -> None:
-    task = DBBenchSingleSkill(skills=["delete"], num_train=1, max_round=2)
+    task = DBBenchSingleSkill(skills=["delete"], splits=DBBenchSplits(num_train=1), max_round=2)
     environment = task.new_episode()
     environment.reset(options={"sample_id": "train-000000"})
     table = DBBenchProblem.model_validate(task.get_sample("train-000000").data).table.name
@@ -95,7 +97,7 @@ def test_settings_are_checked() -> None:
 
 
 def test_close_drops_the_sandbox_and_is_safe_twice() -> None:
-    environment = DBBenchSingleSkill(num_train=1).new_episode()
+    environment = DBBenchSingleSkill(splits=DBBenchSplits(num_train=1)).new_episode()
     environment.reset(options={"sample_id": "train-000000"})
     environment.close()
     environment.close()
@@ -105,7 +107,7 @@ def test_close_drops_the_sandbox_and_is_safe_twice() -> None:
 
 def test_episodes_of_one_family_have_their_own_sandboxes() -> None:
     """Episodes stepped together share the family, never a table."""
-    task = DBBenchSingleSkill(skills=["delete"], num_train=1, max_round=3)
+    task = DBBenchSingleSkill(skills=["delete"], splits=DBBenchSplits(num_train=1), max_round=3)
     first, second = task.new_episode(), task.new_episode()
     for environment in (first, second):
         environment.reset(options={"sample_id": "train-000000"})
@@ -118,11 +120,12 @@ def test_episodes_of_one_family_have_their_own_sandboxes() -> None:
 
 
 def test_stratified_validation_takes_each_skill_in_turn() -> None:
-    task = DBBenchSingleSkill(num_train=4, num_validation=44, seed=7, stratified_validation=True)
+    task = DBBenchSingleSkill(splits=DBBenchSplits(num_train=4, num_validation=44, seed=7),
+                              stratified_validation=True)
     categories = [task.get_sample(sample_id).category
                   for sample_id in task.sample_ids("validation")]
     assert categories == list(task.skills) * 2
-    drawn = DBBenchSingleSkill(num_train=4, num_validation=44, seed=7)
+    drawn = DBBenchSingleSkill(splits=DBBenchSplits(num_train=4, num_validation=44, seed=7))
     assert [drawn.get_sample(i).category for i in drawn.sample_ids("validation")] != categories
     # the train split is drawn as before
     assert [task.get_sample(i) for i in task.sample_ids("train")] == [
@@ -132,9 +135,10 @@ def test_stratified_validation_takes_each_skill_in_turn() -> None:
 def test_selection_split_is_a_second_held_out_draw() -> None:
     """Selection problems: stratified like validation's, none of them a validation or a
     train problem, and adding them changes neither of those splits."""
-    task = DBBenchSingleSkill(num_train=200, num_validation=44, num_selection=44, seed=7,
+    task = DBBenchSingleSkill(splits=DBBenchSplits(num_train=200, num_validation=44,
+                                                   num_selection=44, seed=7),
                               stratified_validation=True)
-    plain = DBBenchSingleSkill(num_train=200, num_validation=44, seed=7,
+    plain = DBBenchSingleSkill(splits=DBBenchSplits(num_train=200, num_validation=44, seed=7),
                                stratified_validation=True)
     selection = [task.get_sample(i) for i in task.sample_ids("selection")]
     assert [sample.sample_id for sample in selection][:2] == ["selection-000000",
@@ -153,7 +157,7 @@ def test_only_the_procedural_source_draws_selection_problems(tmp_path) -> None:
     with pytest.raises(ValueError, match="num_selection: 8 selection problems asked of source "
                                          "'lifelong_agent_bench'"):
         DBBenchSingleSkill(skill_to_tasks_path=str(tmp_path / "skill_to_tasks.json"),
-                           num_selection=8)
+                           splits=DBBenchSplits(num_selection=8))
 
 
 def _operation(sql: str) -> str:
@@ -168,7 +172,7 @@ def test_a_view_in_the_tables_place_is_graded_wrong_within_the_limit(
         backend: str, sandbox_url: str) -> None:
     """A modification answered after its table was renamed away and an endless view put in
     its place: the episode ends INCORRECT, its grading within the time limit."""
-    task = DBBenchSingleSkill(skills=["delete"], num_train=1, max_round=4,
+    task = DBBenchSingleSkill(skills=["delete"], splits=DBBenchSplits(num_train=1), max_round=4,
                               sandbox={"url": sandbox_url, "statement_timeout_s": TIMEOUT_S})
     table = DBBenchProblem.model_validate(task.get_sample("train-000000").data).table.name
     view = ENDLESS_VIEW[backend].replace("Team Name", "x").replace("points", "y")
@@ -196,7 +200,7 @@ def test_a_sandbox_over_its_storage_bound_ends_the_episode(backend: str,
                                                            sandbox_url: str) -> None:
     """Servers: the statement that leaves the tables past the bound ends the episode
     INCORRECT; SQLite refuses the write and the episode goes on."""
-    task = DBBenchSingleSkill(skills=["update"], num_train=1, max_round=6,
+    task = DBBenchSingleSkill(skills=["update"], splits=DBBenchSplits(num_train=1), max_round=6,
                               sandbox={"url": sandbox_url})
     environment = task.new_episode()
     environment.reset(options={"sample_id": "train-000000"})

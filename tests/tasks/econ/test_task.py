@@ -8,33 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from src.records.chat import Role
-from src.records.episode import Episode, EpisodeStatus, Outcome
+from src.records.episode import EpisodeStatus, Outcome
 from src.tasks.instance.econ.prompt import money
 from src.tasks.instance.econ.rule_policy import expected_cash_on_hand
 from src.tasks.instance.econ.task import EconDecisionTask
+from src.tasks.splits import Splits
+from tests.tasks.stepping import recorded_episode as run
 
-SMALL = {"num_train": 12, "num_validation": 4, "num_economies": 2, "num_households": 30,
-         "months": 60}
-
-
-def run(task: EconDecisionTask, sample_id: str, replies: list[str]) -> Episode:
-    environment = task.new_episode()
-    observation, info = environment.reset(options={"sample_id": sample_id})
-    assert environment.sample is not None
-    episode = Episode(environment.sample, 0, 0, environment)
-    episode.add_message(Role.USER, observation)
-    for reply in replies:
-        episode.add_message(Role.AGENT, reply)
-        observation, reward, terminated, _, info = environment.step(reply)
-        episode.reward += reward
-        episode.status, episode.outcome = info["status"], info["outcome"]
-        episode.metrics.update(info["metrics"])
-        episode.info.update(info["extras"])
-        if terminated:
-            break
-        episode.add_message(Role.USER, observation)
-    return episode
+SMALL = {"splits": Splits(num_train=12, num_validation=4), "num_economies": 2,
+         "num_households": 30, "months": 60}
 
 
 def test_samples_are_deterministic_and_splits_differ() -> None:
@@ -120,7 +102,8 @@ def first_prompt(task: EconDecisionTask, sample_id: str = "train-000000") -> str
 
 
 def test_few_shot_memory_fills_from_training_groups_only() -> None:
-    task = EconDecisionTask(**SMALL, seed=91, few_shot_examples=2, few_shot_capacity=3)
+    task = EconDecisionTask(**{**SMALL, "splits": Splits(num_train=12, num_validation=4, seed=91)},
+                            few_shot_examples=2, few_shot_capacity=3)
     assert task.memory is not None
     assert "worked out well" not in first_prompt(task)
     group = [run(task, "train-000000", [reply])

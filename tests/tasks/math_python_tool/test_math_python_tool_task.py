@@ -16,6 +16,7 @@ import pytest
 from src.records.episode import Outcome
 from src.run_experiment import main
 from src.tasks.instance.math_python_tool.task import MathPythonToolTask, is_held_out
+from src.tasks.splits import Splits
 from tests.conftest import PROJECT_ROOT
 from tests.sandboxes.processes import note_present_processes, sandbox_processes
 
@@ -24,7 +25,7 @@ SMOKE = PROJECT_ROOT / "configs" / "assignments" / "smoke_oracle_math_python_too
 
 @pytest.fixture(scope="module")
 def task() -> Iterator[MathPythonToolTask]:
-    family = MathPythonToolTask(num_train=64, num_validation=32, seed=3)
+    family = MathPythonToolTask(splits=Splits(num_train=64, num_validation=32, seed=3))
     yield family
     family.close()
 
@@ -38,8 +39,8 @@ def value(expression: str) -> int:
 
 def test_problems_are_seeded_hard_arithmetic_with_disjoint_splits(
         task: MathPythonToolTask) -> None:
-    again = MathPythonToolTask(num_train=64, num_validation=32, seed=3)
-    other_seed = MathPythonToolTask(num_train=64, num_validation=32, seed=4)
+    again = MathPythonToolTask(splits=Splits(num_train=64, num_validation=32, seed=3))
+    other_seed = MathPythonToolTask(splits=Splits(num_train=64, num_validation=32, seed=4))
     try:
         train = [task.get_sample(i) for i in task.sample_ids("train")]
         validation = [task.get_sample(i) for i in task.sample_ids("validation")]

@@ -1,9 +1,11 @@
 """A judge model as a reward, against a real HTTP server in the test that speaks the OpenAI
 chat-completions protocol: good verdicts read as scores and labels, garbage, a hang past
 the bound, 5xx and 429 tried again, connection refused and other refusals each end as a
-recorded outcome of the rubric (never a crash), verdicts cached by request, and a
-SingleTurnTask judged through src/run_experiment.py finishing with the judge's prompt and
-verdict beside its episodes."""
+recorded outcome of the rubric (never a crash), verdicts cached by request, a group's
+replies sent at once (batch_size at a time, each distinct one once, each failure its
+own, within one bound from the group's asking), and a SingleTurnTask judged through
+src/run_experiment.py finishing with the judge's prompt and verdict beside its
+episodes."""
 
 from __future__ import annotations
 
@@ -225,6 +227,46 @@ def test_verdicts_are_cached_by_the_whole_request(serve: Callable[..., JudgeServ
     with pytest.raises(JudgeError):
         judge(server, retries=0)("Nice", "asked", SAMPLE.data, SAMPLE.sample_id)
     assert len(server.requests) == 5
+
+
+def test_a_groups_replies_are_sent_at_once_batch_size_at_a_time_each_failure_its_own(
+        serve: Callable[..., JudgeServer]) -> None:
+    lock = threading.Lock()
+    in_flight, most, asked = [0], [0], []
+
+    def answer(body: dict[str, Any]) -> Answer:
+        reply = body["messages"][-1]["content"].split("Reply: ")[1].split("\n")[0]
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+            asked.append(reply)
+        time.sleep(0.2)
+        with lock:
+            in_flight[0] -= 1
+        if reply == "Lyon":
+            return 400  # a refusal: not asked again
+        if reply == "Nice" and asked.count("Nice") == 1:
+            return 503  # the transport: tried again
+        return "Score: 10" if reply == "Paris" else "Score: 2"
+
+    server = serve(by=answer)
+    replies = ["Paris", "Lyon", "Nice", "Paris", "Lille", "Brest"]
+    scored = Rubric([judge(server, batch_size=2)]).score_group(replies, [SAMPLE] * 6,
+                                                                ["asked"] * 6)
+    assert [score.values["graded"] for score in scored] == [1.0, 0.0, 0.2, 1.0, 0.2, 0.2]
+    assert [index for index, score in enumerate(scored) if score.errors] == [1]
+    assert scored[1].errors["graded"].startswith("JudgeError: the judge refused or garbled")
+    assert sorted(asked) == ["Brest", "Lille", "Lyon", "Nice", "Nice", "Paris"]
+    assert most[0] == 2
+    # one bound for the group: a request still waiting when it has passed is not sent
+    server = serve(HANG)
+    late = judge(server, batch_size=1, retries=0, request_timeout_s=0.5,
+                 total_timeout_s=0.5).many([
+                     {"reply": reply, "prompt": "asked", "sample": SAMPLE.data,
+                      "sample_id": SAMPLE.sample_id} for reply in ("Paris", "Lyon")])
+    assert [type(error) for error in late] == [JudgeError, JudgeError]
+    assert "not asked, the group's other requests took the time" in str(late[1])
+    assert len(server.requests) == 1
 
 
 def test_long_fields_are_cut_before_the_judge_and_in_the_episode(

@@ -1,9 +1,11 @@
 """A judge that is a language model of the run: a fake model scripted to answer chosen
 verdicts (read as rewards, asked greedily through the model's chat template), the tiny
 random Llama (garbage: a recorded judge error), concurrent calls batched into one generate
-call with each verdict back to its caller, bounds in time, refused settings, and a
-SingleTurnTask and the math task judged from a config, run to their end; a config whose
-judge names the policy, or no listed model, is refused by the dry run."""
+call with each verdict back to its caller, a group's replies judged in one generate call
+(the tiny Llama's figures as one by one; cut at batch_size in their order), bounds in
+time, refused settings, the math task judging each episode's last reply where its group
+has ended, and a SingleTurnTask and the math task judged from a config, run to their end;
+a config whose judge names the policy, or no listed model, is refused by the dry run."""
 
 from __future__ import annotations
 
@@ -21,12 +23,15 @@ from src.language_models.instance.huggingface_lora_language_model import (
     HuggingfaceLoRALanguageModel,
 )
 from src.language_models.language_model import Generation, LanguageModel, SamplingParams
-from src.records.episode import Sample
+from src.records.episode import EpisodeStatus, Outcome, Sample
 from src.run_experiment import main
 from src.tasks.instance.math_problems.task import MathProblemsTask
 from src.tasks.model_rewards.judge import Judge, JudgeError
-from src.tasks.rubric import ERRORS_KEY, TEXTS_KEY, RewardTerm, Rubric
+from src.tasks.reward_functions import RewardTerm
+from src.tasks.rubric import ERRORS_KEY, TEXTS_KEY, Rubric
+from src.tasks.splits import Splits
 from tests.tasks.model_rewards.capitals_config import capitals_config
+from tests.tasks.stepping import recorded_episode
 
 SAMPLE = Sample(sample_id="train-000003", data={"question": "France", "answer": "Paris"})
 TEMPLATE = "Question: {question}\nReference: {answer}\nReply: {reply}\nVerdict:"
@@ -161,6 +166,58 @@ def test_concurrent_calls_become_one_generate_call_each_verdict_to_its_caller(
     assert model.most_at_once == 1
 
 
+def test_a_groups_replies_reach_the_tiny_model_in_one_generate_call_scored_as_one_by_one(
+        tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = HuggingfaceLoRALanguageModel(str(tiny_model_path))
+    chats: list[int] = []  # the chats of each generate call
+    generate = model.generate
+
+    def counted(prompts: Any, params: SamplingParams,
+                seed: int | None = None) -> list[list[Generation]]:
+        chats.append(len(prompts))
+        return generate(prompts, params, seed)
+
+    monkeypatch.setattr(model, "generate", counted)
+    # the last reply is the first's again (asked once); Chad's sample has no `answer`,
+    # which the template reads: its reply's error alone, never asked
+    chad = Sample(sample_id="train-000009", data={"question": "Chad"})
+    replies = ["Paris", "Lyon", "It is Paris, on the Seine.", "Marseille", "Paris", "Paris"]
+    samples = [SAMPLE] * 4 + [chad, SAMPLE]
+    prompts = ["Capital of France?"] * 6
+    together = Rubric([model_judge(model, max_tokens=12)]).score_group(replies, samples,
+                                                                       prompts)
+    assert chats == [4]  # one call, each distinct request once
+    one_by_one = [Rubric([model_judge(model, max_tokens=12, cache_size=0)]).score(*asked)
+                  for asked in zip(replies, samples, prompts, strict=True)]
+    assert chats == [4] + [1] * 5
+    assert together == one_by_one
+    assert together[4].errors["graded"].startswith("ValueError: template reads 'answer'")
+    assert all(score.errors["graded"].startswith("JudgeError: unreadable verdict")
+               for index, score in enumerate(together) if index != 4)
+
+
+def test_a_groups_chats_are_cut_at_batch_size_in_their_order_and_bounded_in_time(
+        tiny_model_path: Path) -> None:
+    capitals = ["Paris", "Lyon", "Nice", "Lille", "Brest"]
+    model = ScriptedVerdictModel(str(tiny_model_path), {"Reply: Paris\n": "\\boxed{yes}"},
+                                 "\\boxed{no}")
+    graded = model_judge(model, batch_size=2)
+    rewards = graded.many([{"reply": capital, "prompt": "asked", "sample": SAMPLE.data,
+                            "sample_id": SAMPLE.sample_id} for capital in capitals])
+    assert [reward.value for reward in rewards] == [1.0, 0.0, 0.0, 0.0, 0.0]
+    assert [[text.split("Reply: ")[1].split("\n")[0] for text in call]
+            for call in model.calls] == [["Paris", "Lyon"], ["Nice", "Lille"], ["Brest"]]
+    # every reply of a group waits at most total_timeout_s from the group's asking
+    slow = ScriptedVerdictModel(str(tiny_model_path), {}, "\\boxed{yes}", delay_s=1.5)
+    began = time.monotonic()
+    late = model_judge(slow, total_timeout_s=0.2, batch_size=2).many(
+        [{"reply": capital, "prompt": "asked", "sample": SAMPLE.data,
+          "sample_id": SAMPLE.sample_id} for capital in capitals])
+    assert time.monotonic() - began < 1.0
+    assert all(isinstance(error, JudgeError) and "no verdict within total_timeout_s=0.2"
+               in str(error) for error in late)
+
+
 def test_a_slow_failing_or_overfull_model_is_a_recorded_judge_error(
         tiny_model_path: Path) -> None:
     slow = ScriptedVerdictModel(str(tiny_model_path), {}, "\\boxed{yes}", delay_s=1.5)
@@ -197,10 +254,10 @@ def test_judge_settings_of_the_other_kind_or_a_missing_model_are_refused(
     for settings, message in refused:
         with pytest.raises(ValidationError, match=message):
             model_judge(model, **settings)
-    with pytest.raises(ValidationError, match="batch_size: not read by a judge that is a "
+    with pytest.raises(ValidationError, match="batch_wait_s: not read by a judge that is a "
                                               "server"):
         Judge(name="graded", base_url="http://127.0.0.1:9/v1", model="judge-7b",
-              template=TEMPLATE, labels=YES_NO, batch_size=4)
+              template=TEMPLATE, labels=YES_NO, batch_wait_s=0.1)
     with pytest.raises(ValueError, match="asks language model 'grader', which it was not "
                                          "given \\(given: other\\)"):
         Judge(language_models={"other": model}, language_model="grader", template=TEMPLATE,
@@ -214,7 +271,7 @@ def test_judge_settings_of_the_other_kind_or_a_missing_model_are_refused(
         term.build()
     assert isinstance(term.with_language_models({"grader": model}).build(), Judge)
     with pytest.raises(ValueError, match="reward_terms: \\['accuracy'\\] are the task's own"):
-        MathProblemsTask(num_train=2, num_validation=1, reward_terms=[
+        MathProblemsTask(splits=Splits(num_train=2, num_validation=1), reward_terms=[
             term.model_copy(update={"parameters": {**term.parameters, "name": "accuracy"}})
             .with_language_models({"grader": model})])
 
@@ -328,20 +385,46 @@ def test_the_math_task_judged_by_the_tiny_model_keeps_the_verifiers_figures(
             "language_model uses too") in capsys.readouterr().err
 
 
-def test_in_the_math_task_a_fake_scripted_judge_trains_while_the_verifier_decides(
+def test_the_math_task_judges_each_episodes_last_reply_where_its_group_ends(
         tiny_model_path: Path) -> None:
-    model = ScriptedVerdictModel(str(tiny_model_path), {}, "\\boxed{yes}")  # yes to all
+    model = ScriptedVerdictModel(str(tiny_model_path), {})
     term = RewardTerm(function="src.tasks.model_rewards.judge.Judge", weight=0.9,
                       parameters={"language_model": "grader", "template": TEMPLATE,
                                   "labels": YES_NO})
-    task = MathProblemsTask(num_train=2, num_validation=1, reward_weights={"boxed_number": 0.1},
+    task = MathProblemsTask(splits=Splits(num_train=2, num_validation=1), max_round=2,
+                            reward_weights={"boxed_number": 0.1},
                             reward_terms=[term.with_language_models({"grader": model})])
-    episode = task.new_episode()
-    episode.reset(options={"sample_id": "train-000000"})
-    wrong = f"The answer is \\boxed{{{int(episode.sample.data['answer']) + 1}}}."
-    _, reward, terminated, _, info = episode.step(wrong)
-    assert terminated and reward == pytest.approx(0.9 + 0.1)
-    assert info["outcome"] == "incorrect"  # the verifier's
-    assert info["metrics"]["accuracy"] == 0.0 and info["metrics"]["judge"] == 1.0
-    assert info["metrics"]["judge/error"] == 0.0
-    assert info["extras"][TEXTS_KEY]["judge"]["verdict"] == "\\boxed{yes}"
+    gold = int(task.get_sample("train-000000").data["answer"])
+    right, also_right, wrong = (f"\\boxed{{{gold}}}", f"So \\boxed{{{gold}}}.",
+                                f"\\boxed{{{gold + 1}}}")
+    # yes to any right reply, even to the wrong one (which is never asked), no verdict
+    # for a reply without a number
+    model.verdicts = {f"Reply: {reply}\n": "\\boxed{yes}"
+                      for reply in (right, also_right, wrong)}
+    group = [recorded_episode(task, "train-000000", replies, index) for index, replies
+             in enumerate([[wrong, right], [also_right], [wrong, "no idea"], [right]])]
+    assert model.calls == []  # the steps judge nothing
+    assert all("judge" not in episode.metrics for episode in group)
+    scores = task.score_group(group)
+    # one generate call: each episode's last reply, in order, each distinct one once
+    [call] = model.calls
+    assert [text.split("Reply: ")[1].split("\n")[0] for text in call] == [
+        right, also_right, "no idea"]
+    assert [score.reward for score in scores] == pytest.approx([1.0, 1.0, 0.0, 1.0])
+    # the verifier decides the outcome; the judge's figures and texts are the episode's
+    assert [episode.outcome for episode in group] == [
+        Outcome.CORRECT, Outcome.CORRECT, Outcome.INCORRECT, Outcome.CORRECT]
+    assert scores[0].metrics == {"judge": 1.0, "judge/error": 0.0, "scorer_timeout": 0.0}
+    assert scores[0].info[TEXTS_KEY]["judge"]["verdict"] == "\\boxed{yes}"
+    assert scores[2].metrics == {"judge": 0.0, "judge/error": 1.0, "scorer_timeout": 0.0}
+    assert scores[2].info[ERRORS_KEY]["judge"].startswith("JudgeError: unreadable verdict")
+    # as a reply judged by itself, where its episode ended
+    alone = MathProblemsTask(splits=Splits(num_train=2, num_validation=1),
+                             reward_terms=[term.with_language_models({"grader": model})])
+    for episode, score in zip(group, scores, strict=True):
+        assert episode.status is EpisodeStatus.COMPLETED
+        reply = episode.chat[-1].content
+        by_itself = alone.model_rubric.score(reply, episode.sample,
+                                             episode.environment.prompt)
+        assert score.metrics == by_itself.metrics() and score.info == by_itself.info()
+        assert score.reward == episode.reward + by_itself.score

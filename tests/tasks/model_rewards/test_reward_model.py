@@ -1,8 +1,9 @@
 """A reward model as a reward, on tiny randomly initialised sequence-classification models
 built here (a two-layer Llama with the embedded model's tokenizer, a one-layer BERT with a
 vocabulary written here): the rubric's figures are the model's own scores, one input or a
-padded batch, a logit or a label's probability, squashed and scaled; a long input keeps its
-end; the model loads once per process; settings that cannot work are refused."""
+padded batch, a logit or a label's probability, squashed and scaled; a group's replies
+scored together in the model's batches; a long input keeps its end; the model loads once
+per process; settings that cannot work are refused."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from pydantic import ValidationError
 
 from src.records.episode import Sample
 from src.tasks.model_rewards.reward_model import RewardModel
-from src.tasks.rubric import RewardTerm, Rubric
+from src.tasks.reward_functions import RewardTerm
+from src.tasks.rubric import Rubric
 from tests.conftest import requires_embedded_model
 
 SAMPLE = Sample(sample_id="train-000001", data={"question": "France", "answer": "Paris"})
@@ -107,6 +109,27 @@ def test_the_rubric_gives_the_models_logit_for_one_reply_or_a_padded_batch(llama
                             for reply in REPLIES]) == pytest.approx(
         [2.0 * float(torch.sigmoid(torch.tensor(logit))) for logit in expected], abs=1e-5)
     assert squashed.model is scorer.model  # loaded once per process
+
+
+@requires_embedded_model
+def test_a_groups_replies_are_one_forward_batch_scored_as_one_by_one(llama: Path) -> None:
+    scorer = RewardModel(name="preference", model=str(llama), text="{reply} ({answer})",
+                         batch_size=2)
+    rows: list[int] = []  # the inputs of each forward pass
+    hook = scorer.model.register_forward_hook(
+        lambda _, __, output: rows.append(output.logits.shape[0]))
+    try:
+        # the last sample has no `answer`, which `text` reads: its reply's error alone
+        samples = [SAMPLE] * 3 + [Sample(sample_id="train-000002", data={})]
+        scored = Rubric([scorer]).score_group(REPLIES + ["Nice"], samples, [PROMPT] * 4)
+        assert rows == [2, 1]  # in batches of batch_size, in one call
+        alone = [Rubric([scorer]).score(reply, SAMPLE, PROMPT) for reply in REPLIES]
+    finally:
+        hook.remove()
+    assert [score.values["preference"] for score in scored[:3]] == pytest.approx(
+        [score.values["preference"] for score in alone], abs=1e-5)
+    assert scored[3].values == {"preference": 0.0}
+    assert scored[3].errors["preference"] == "KeyError: 'answer'"
 
 
 @requires_embedded_model

@@ -1,8 +1,9 @@
 """A reward model in a Ray actor, on a real local Ray cluster and the tiny random Llama
 classifier of test_reward_model.py: its scores are the ones the model gives in this
-process, a group's concurrent requests reach the actor as one call, a killed or
-overrunning actor gives recorded reward-function errors (then a fresh actor scores), and
-the task's close stops the actor."""
+process, a group's concurrent requests reach the actor as one call (a group scored
+together, as a call of its own), a killed or overrunning actor gives recorded
+reward-function errors (then a fresh actor scores), and the task's close stops the
+actor."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import pytest
 from pydantic import ValidationError
 
 from src.tasks.model_rewards.reward_model import RewardModel
-from src.tasks.rubric import RewardTerm, Rubric, RubricScore
+from src.tasks.reward_functions import RewardTerm
+from src.tasks.rubric import Rubric, RubricScore
 from src.tasks.single_turn import SingleTurnTask
 from tests.conftest import requires_embedded_model
 from tests.tasks.model_rewards.test_reward_model import PROMPT, REPLIES, SAMPLE, save_llama
@@ -104,6 +106,13 @@ def test_through_the_actor_a_reply_and_a_concurrent_group_score_as_in_this_proce
         assert not any(scored.errors for scored in together)
         after = scorer.actor.stats()
         assert (after["calls"] - before["calls"], after["texts"] - before["texts"]) == (
+            1, len(GROUP))
+        # scored together, the group is one call of its own
+        grouped = task.rubric.score_group(GROUP, [SAMPLE] * len(GROUP), [PROMPT] * len(GROUP))
+        assert [scored.values["preference"] for scored in grouped] == pytest.approx(
+            [scored.values["preference"] for scored in together], abs=1e-6)
+        last = scorer.actor.stats()
+        assert (last["calls"] - after["calls"], last["texts"] - after["texts"]) == (
             1, len(GROUP))
         handle = scorer.actor.handle
     finally:

@@ -19,6 +19,7 @@ from src.run.rollout import roll_out_lockstep
 from src.run_experiment import main
 from src.tasks.instance.shell_tasks.generation import KINDS, WORDS
 from src.tasks.instance.shell_tasks.task import ShellTask, same_answer
+from src.tasks.splits import Splits
 from src.tasks.task import TaskSettingError
 from tests.conftest import PROJECT_ROOT
 from tests.tasks.stepping import step_through
@@ -28,7 +29,7 @@ SMOKE = PROJECT_ROOT / "configs" / "assignments" / "smoke_oracle_shell_tasks.yam
 
 @pytest.fixture(scope="module")
 def task() -> Iterator[ShellTask]:
-    family = ShellTask(num_train=16, num_validation=8, seed=2, script_timeout_s=2.0)
+    family = ShellTask(splits=Splits(num_train=16, num_validation=8, seed=2), script_timeout_s=2.0)
     yield family
     family.close()
 
@@ -38,7 +39,7 @@ def bash(command: str) -> str:
 
 
 def test_tasks_are_seeded_and_splits_draw_their_own() -> None:
-    first, again, other = (ShellTask(num_train=16, num_validation=8, seed=seed)
+    first, again, other = (ShellTask(splits=Splits(num_train=16, num_validation=8, seed=seed))
                            for seed in (2, 2, 3))
     try:
         ids = [*first.sample_ids("train"), *first.sample_ids("validation")]

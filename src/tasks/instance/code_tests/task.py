@@ -43,6 +43,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from src.configuration.components import COMPONENTS
 from src.language_models.tool_calls import hermes_text
 from src.records.episode import Outcome, Sample
 from src.sandboxes.settings import SandboxSettings
@@ -54,6 +55,7 @@ from src.tasks.instance.code_tests.checking import (
     last_code_block,
 )
 from src.tasks.instance.code_tests.procedural import KINDS, Kind
+from src.tasks.splits import Splits
 from src.tasks.task import (
     Rounds,
     StepOutcome,
@@ -74,7 +76,6 @@ from src.tasks.tool_episode import (
 Source = Literal["procedural", "humaneval"]
 Seconds = Annotated[float, Field(gt=0)]
 NumTests = Annotated[int, Field(ge=1, le=50)]
-Count = Annotated[int, Field(ge=0)]
 WORKED_EXAMPLE = ("Example:\nTask: Write a Python function `double(x)` that returns the "
                   "integer x times 2. For example, double(3) == 6.\n"
                   "Assistant: ```python\ndef double(x):\n    return x * 2\n```\n\n")
@@ -84,6 +85,7 @@ HUMANEVAL_NO_TRAIN = (
     "src.evaluate OUTPUT_DIR --task source=humaneval --max_samples 164")
 
 
+@COMPONENTS.register("code_tests")
 class CodeTestsTask(ToolTask["CodeTestsEpisode"]):
     """Python functions scored by unit tests in a sandbox (see the module docstring)."""
 
@@ -95,9 +97,9 @@ class CodeTestsTask(ToolTask["CodeTestsEpisode"]):
         # procedural: the kinds taken in turn by sample index; None: all seven
         kinds: list[Kind] | None = None,
         num_tests: NumTests = 5,  # procedural: tests per function
-        num_train: Count = 256,  # procedural (HumanEval has no train split)
-        num_validation: Count = 64,  # procedural (HumanEval's validation: its 164 problems)
-        seed: int = 0,  # procedural: the functions, their tests and the held-out variants
+        # procedural: `seed` draws the functions, their tests and the held-out variants
+        # (HumanEval has no train split; its validation is its 164 problems)
+        splits: Splits = Splits(),
         instruction: str = ("You may try code with the python tool first. Give your final "
                             "answer as the whole function in a ```python block, without a "
                             "tool call."),
@@ -115,14 +117,10 @@ class CodeTestsTask(ToolTask["CodeTestsEpisode"]):
         _check_source_and_kinds({"source": source, "kinds": kinds})
         super().__init__(max_round, tools or ["python"], sandbox, max_tool_output_chars,
                          max_calls_per_reply)
-        if num_train < 0 or num_validation < 0:
-            raise ValueError(f"num_train and num_validation must be >= 0, got {num_train} "
-                             f"and {num_validation}")
         self.source = source
         self.kinds: tuple[Kind, ...] = tuple(kinds or KINDS)
         self.num_tests = num_tests
-        self.counts = {"train": num_train, "validation": num_validation}
-        self.seed = seed
+        self.splits = splits
         self.instruction = instruction
         self.worked_example = worked_example
         self.call_timeout_s = call_timeout_s
@@ -141,7 +139,7 @@ class CodeTestsTask(ToolTask["CodeTestsEpisode"]):
             if split == "train":
                 raise TaskSettingError(("source",), HUMANEVAL_NO_TRAIN)
             return split_sample_ids(split, len(self.problems) if split == "validation" else 0)
-        return split_sample_ids(split, self.counts.get(split, 0))
+        return self.splits.sample_ids(split)
 
     def _get_sample(self, sample_id: str) -> Sample:
         if self.source == "humaneval":
@@ -151,9 +149,9 @@ class CodeTestsTask(ToolTask["CodeTestsEpisode"]):
                 "task_id": problem["task_id"], "prompt": problem["prompt"],
                 "solution": problem["prompt"] + problem["canonical_solution"],
                 "program": humaneval.problem_program(problem).to_data()})
-        split, index = counted_sample(sample_id, self.counts)
+        split, index = counted_sample(sample_id, self.splits.counts)
         kind = self.kinds[index % len(self.kinds)]
-        drawn = procedural.problem(kind, split, self.seed, index, self.num_tests)
+        drawn = procedural.problem(kind, split, self.splits.seed, index, self.num_tests)
         program = UnitTestProgram(drawn.variant.name,
                               tuple((test, True) for test in drawn.test_statements()))
         return Sample(sample_id=split_sample_id(split, index), category=kind, data={

@@ -48,6 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from src.configuration.components import COMPONENTS
 from src.records.episode import Outcome, Sample
 from src.tasks.instance.db_bench.data_loaders import load_agentbench_jsonl
 from src.tasks.instance.db_bench.grading import (
@@ -63,13 +64,13 @@ from src.tasks.instance.db_bench.reply_parser import Answer, FormatFailure, pars
 from src.tasks.instance.db_bench.sandbox import SandboxSettings, SqlSandbox
 from src.tasks.instance.db_bench.single_skill_task_generator import SingleSkillTaskGenerator
 from src.tasks.instance.db_bench.skills import check_skills
+from src.tasks.splits import Count, SplitsWithSelection
 from src.tasks.task import (
     EpisodeEnv,
     Rounds,
     StepOutcome,
     Task,
     parse_split_sample_id,
-    split_sample_ids,
 )
 
 _DATABASE_NAMES = {"sqlite": "SQLite", "mysql": "MySQL", "postgresql": "PostgreSQL"}
@@ -117,6 +118,13 @@ class _EpisodeState:
     sql_errors: int = 0
 
 
+class DBBenchSplits(SplitsWithSelection):
+    """DB-bench's splits, 1024 training problems by default."""
+
+    num_train: Count = 1024  # the samples trained on
+
+
+@COMPONENTS.register("db_bench_single_skill")
 class DBBenchSingleSkill(Task["DBBenchEpisode"]):
     """DB-bench (LifelongAgentBench's single-skill SQL, from AgentBench): answer a question
     about one table by running SQL statements in a private sandbox, one a round. A query is
@@ -138,12 +146,9 @@ class DBBenchSingleSkill(Task["DBBenchEpisode"]):
         # LifelongAgentBench's nested component, built from one of its data files
         single_skill_task_generator: SingleSkillTaskGenerator | None = None,
         skills: list[str] | None = None,  # each sample draws one of them; default all
-        num_train: int = 1024,
-        num_validation: int = 64,
-        # a second held-out draw, for choosing the stopping step apart from the validation
-        # problems (procedural only: a data file's held-out rows are validation's)
-        num_selection: int = 0,
-        seed: int | None = None,  # default 0
+        # `seed` draws each sample's skill and problem; a selection split is the procedural
+        # source's only (a data file's held-out rows are validation's)
+        splits: DBBenchSplits = DBBenchSplits(),
         random_seed: int | None = None,  # LifelongAgentBench's name for `seed`
         # the database each episode runs in: a fresh database or schema, with a user that
         # can reach only it, dropped when the episode ends
@@ -161,14 +166,14 @@ class DBBenchSingleSkill(Task["DBBenchEpisode"]):
         stratified_validation: bool = False,
     ) -> None:
         super().__init__(max_round=max_round)
-        if seed is not None and random_seed is not None and seed != random_seed:
-            raise ValueError(f"seed {seed} and random_seed {random_seed} differ: give one")
+        if random_seed is not None:
+            if "seed" in splits.model_fields_set and splits.seed != random_seed:
+                raise ValueError(f"seed {splits.seed} and random_seed {random_seed} differ: "
+                                 "give one")
+            splits = splits.model_copy(update={"seed": random_seed})
         # model_validate also takes the plain dicts of direct Python construction
         self.sandbox_settings = SandboxSettings.model_validate(sandbox or {})
-        self.num_train = num_train
-        self.num_validation = num_validation
-        self.num_selection = num_selection
-        self.seed = next((value for value in (seed, random_seed) if value is not None), 0)
+        self.splits = splits
         self.reward_correct = reward_correct
         self.reward_incorrect = reward_incorrect
         self.reward_timeout = reward_timeout
@@ -182,10 +187,10 @@ class DBBenchSingleSkill(Task["DBBenchEpisode"]):
             ("single_skill_task_generator", single_skill_task_generator)) if value is not None]
         if source is None:
             source = "lifelong_agent_bench" if data_sources else "procedural"
-        if num_selection and source != "procedural":
-            raise ValueError(f"num_selection: {num_selection} selection problems asked of source "
-                             f"'{source}', but only the procedural source draws a selection "
-                             "split")
+        if splits.num_selection and source != "procedural":
+            raise ValueError(f"num_selection: {splits.num_selection} selection problems asked of "
+                             f"source '{source}', but only the procedural source draws a "
+                             "selection split")
         if source == "agentbench":
             if data_sources != ["data_file_path"] or skills is not None:
                 raise ValueError("source 'agentbench' needs data_file_path (an AgentBench jsonl) "
@@ -223,9 +228,7 @@ class DBBenchSingleSkill(Task["DBBenchEpisode"]):
     def sample_ids(self, split: str = "train") -> Sequence[str]:
         if self._fixed:  # an evaluation set: the same rows for train and validation
             return [] if split == "selection" else list(self._fixed)
-        return split_sample_ids(split, {"train": self.num_train,
-                                        "validation": self.num_validation,
-                                        "selection": self.num_selection}.get(split, 0))
+        return self.splits.sample_ids(split)
 
     def _get_sample(self, sample_id: str) -> Sample:
         if self._fixed:
@@ -234,7 +237,7 @@ class DBBenchSingleSkill(Task["DBBenchEpisode"]):
             return self._fixed[sample_id]
         split, index = parse_split_sample_id(sample_id)
         assert self._generator is not None  # every source but agentbench has one
-        rng = random.Random(f"{self.seed}:{sample_id}")
+        rng = random.Random(f"{self.splits.seed}:{sample_id}")
         offered = set(self._generator.get_available_skills(split))
         choices = [skill for skill in self.skills if skill in offered]
         if not choices:

@@ -47,6 +47,7 @@ from typing import Literal
 
 import numpy as np
 
+from src.configuration.components import COMPONENTS
 from src.records.episode import Episode, Outcome, Sample
 from src.storage.state import Stateful
 from src.tasks.instance.econ import planner
@@ -74,6 +75,7 @@ from src.tasks.instance.econ.simulation import (
     planning_draws,
 )
 from src.tasks.instance.econ.utility import UtilityParameters
+from src.tasks.splits import Splits
 from src.tasks.task import (
     SPLITS,
     EpisodeEnv,
@@ -81,7 +83,6 @@ from src.tasks.task import (
     StepOutcome,
     Task,
     parse_split_sample_id,
-    split_sample_ids,
 )
 
 FORMAT_FAILURE_REWARD = -1.0
@@ -93,6 +94,7 @@ SKILL_BANDS = ((0.0, "low_skill"), (40.0, "middle_skill"), (150.0, "high_skill")
 ECONOMIES_CACHED = 32
 
 
+@COMPONENTS.register("econ_decision")
 class EconDecisionTask(Task["EconEpisode"], Stateful):
     """One household's monthly work and consumption decision in a seeded EconAgent economy
     whose households have followed the rule policy so far, answered as strict JSON
@@ -106,9 +108,9 @@ class EconDecisionTask(Task["EconEpisode"], Stateful):
 
     def __init__(
         self,
-        seed: int = 0,  # the economies and the samples drawn from them
-        num_train: int = 256,
-        num_validation: int = 64,  # validation economies have seeds of their own
+        # `seed` draws the economies and the samples from them; validation economies have
+        # seeds of their own
+        splits: Splits = Splits(),
         num_economies: int = 8,  # economies per split; samples take them in turn
         num_households: int = 100,  # per economy
         months: int = 120,  # simulated per economy; a sample is one of them
@@ -136,9 +138,7 @@ class EconDecisionTask(Task["EconEpisode"], Stateful):
         planning_draws: int = 8,
     ) -> None:
         super().__init__(max_round=households_per_sample)
-        for name, value, least in (("num_train", num_train, 0),
-                                   ("num_validation", num_validation, 0),
-                                   ("num_economies", num_economies, 1),
+        for name, value, least in (("num_economies", num_economies, 1),
                                    ("num_households", num_households, 1), ("months", months, 2),
                                    ("few_shot_examples", few_shot_examples, 0),
                                    ("planning_draws", planning_draws, 1)):
@@ -153,9 +153,7 @@ class EconDecisionTask(Task["EconEpisode"], Stateful):
         if oracle_policy not in ("rule", "planner"):
             raise ValueError(f"EconDecisionTask: oracle_policy must be 'rule' or 'planner', "
                              f"got {oracle_policy!r}")
-        self.seed = seed
-        self.num_train = num_train
-        self.num_validation = num_validation
+        self.splits = splits
         self.num_economies = num_economies
         self.num_households = num_households
         self.months = months
@@ -175,11 +173,10 @@ class EconDecisionTask(Task["EconEpisode"], Stateful):
 
     # ---- samples -------------------------------------------------------------------
     def sample_ids(self, split: str = "train") -> Sequence[str]:
-        return split_sample_ids(split, {"train": self.num_train,
-                                        "validation": self.num_validation}.get(split, 0))
+        return self.splits.sample_ids(split)
 
     def _economy_seed(self, split: str, economy: int) -> int:
-        sequence = np.random.SeedSequence([self.seed, SPLITS.index(split), _ECONOMY_STREAM,
+        sequence = np.random.SeedSequence([self.splits.seed, SPLITS.index(split), _ECONOMY_STREAM,
                                            economy])
         return int(sequence.generate_state(1)[0])
 
@@ -187,7 +184,7 @@ class EconDecisionTask(Task["EconEpisode"], Stateful):
         split, index = parse_split_sample_id(sample_id)
         if index >= len(self.sample_ids(split)):
             raise KeyError(f"econ sample id '{sample_id}' is beyond the {split} split")
-        rng = np.random.default_rng([self.seed, SPLITS.index(split), _SAMPLE_STREAM, index])
+        rng = np.random.default_rng([self.splits.seed, SPLITS.index(split), _SAMPLE_STREAM, index])
         economy_seed = self._economy_seed(split, index % self.num_economies)
         month = int(rng.integers(1, self.months))
         households = [int(h) for h in rng.choice(self.num_households,

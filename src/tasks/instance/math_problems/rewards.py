@@ -20,7 +20,8 @@ from src.maths.groups import group_zscore
 from src.tasks.answers import MAX_ANSWER_CHARS, answer_part, last_boxed_content
 from src.tasks.instance.math_problems.verification import verify_bounded
 from src.tasks.instance.math_problems.verl_reward import CUSTOM
-from src.tasks.rubric import RewardFunction, Rubric
+from src.tasks.reward_functions import RewardFunction
+from src.tasks.rubric import Rubric
 
 _NUMBER = re.compile(r"^\s*-?\d+(?:\.\d+)?\s*$")
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from src.configuration.components import COMPONENTS
 from src.records.chat import Role
-from src.records.episode import Episode, Outcome, Sample
+from src.records.episode import Episode, EpisodeStatus, Outcome, Sample
 from src.tasks.instance.math_problems.problems import (
     WORKED_EXAMPLE_OPERANDS,
     load_rows,
@@ -33,7 +34,9 @@ from src.tasks.instance.math_problems.verl_reward import (
     CustomReward,
     CustomRewardFunction,
 )
-from src.tasks.rubric import RewardTerm, Rubric
+from src.tasks.reward_functions import RewardTerm
+from src.tasks.rubric import Rubric, RubricScore, score_last_replies
+from src.tasks.splits import Splits
 from src.tasks.task import (
     EpisodeEnv,
     EpisodeScore,
@@ -49,6 +52,7 @@ WORKED_EXAMPLE = (f"Example:\nQuestion: What is {_A} + {_B}?\nAnswer: {_A} + {_B
                   f"The answer is \\boxed{{{_A + _B}}}.\n\n")
 
 
+@COMPONENTS.register("math_problems")
 class MathProblemsTask(Task["MathEpisode"]):
     """A question; the reply's last `\\boxed{}` is the answer, checked with math-verify
     (gold first). The reward is the weighted sum of `reward_weights` (accuracy alone by
@@ -57,8 +61,9 @@ class MathProblemsTask(Task["MathEpisode"]):
     `</think>`), `cosine` (length-scaled correctness), `length` (Kimi 1.5, within each
     group) and `custom`, plus the `reward_terms` (a judge: its verdict trains, while
     `accuracy` is still reported and decides the outcome, so that a judged run is measured
-    by the verifier). Evaluation logs `eval/accuracy`, `eval/boxed_answer` (the format
-    rate) and `eval/completions/mean_length`."""
+    by the verifier; they score each episode's last reply where its group has ended, the
+    group's replies asked together). Evaluation logs `eval/accuracy`, `eval/boxed_answer`
+    (the format rate) and `eval/completions/mean_length`."""
 
     def __init__(
         self,
@@ -76,9 +81,9 @@ class MathProblemsTask(Task["MathEpisode"]):
         # sums and differences, 3 products, 4 word problems. About a fifth of the facts
         # (swapped operands alike) are asked only in validation, never in train
         levels: list[int] | None = None,
-        num_train: int = 256,  # procedural only: a file trains on all but its last rows
-        num_validation: int = 64,  # a file's last rows
-        seed: int = 0,  # the procedural problems
+        # procedural: `seed` draws the problems; a file: its last num_validation rows are
+        # validation, all the others train (num_train and seed unused)
+        splits: Splits = Splits(),
         instruction: str = "Put your final answer in \\boxed{}.",  # after the question
         worked_example: bool = True,  # a solved sum (3 + 4) before the question
         max_round: Rounds = 1,  # > 1: a wrong answer gets `retry_message` and another try
@@ -99,9 +104,7 @@ class MathProblemsTask(Task["MathEpisode"]):
         super().__init__(max_round=max_round)
         self.source = source
         self.levels = tuple(levels or [1])
-        self.num_train = num_train
-        self.num_validation = num_validation
-        self.seed = seed
+        self.splits = splits
         self.instruction = instruction
         self.worked_example = worked_example
         self.retry_message = retry_message
@@ -140,24 +143,24 @@ class MathProblemsTask(Task["MathEpisode"]):
                 raise ValueError(f"source '{source}' needs data_path")
             self._rows = load_rows(data_path, question_key, answer_key, source == "gsm8k",
                                    dataset_config, dataset_split)
-            if len(self._rows) <= num_validation:
+            if len(self._rows) <= splits.num_validation:
                 raise ValueError(f"{data_path} has {len(self._rows)} rows, not more than "
-                                 f"num_validation={num_validation}")
+                                 f"num_validation={splits.num_validation}")
         start_verifier()  # not within the first step's time limit
 
     # Validation takes the last rows of a file; procedural splits use their own seeds. No
     # selection split: the procedural one would ask the validation split's held-out facts.
     def sample_ids(self, split: str = "train") -> Sequence[str]:
-        train = (self.num_train if self.source == "procedural"
-                 else len(self._rows) - self.num_validation)
-        return split_sample_ids(split, {"train": train,
-                                        "validation": self.num_validation}.get(split, 0))
+        if self.source == "procedural":
+            return self.splits.sample_ids(split)
+        return split_sample_ids(split, {"train": len(self._rows) - self.splits.num_validation,
+                                        "validation": self.splits.num_validation}.get(split, 0))
 
     def _get_sample(self, sample_id: str) -> Sample:
         split, index = parse_split_sample_id(sample_id)
         if self.source == "procedural":
-            return procedural_sample(self.seed, split, index, self.levels)
-        offset = 0 if split == "train" else len(self._rows) - self.num_validation
+            return procedural_sample(self.splits.seed, split, index, self.levels)
+        offset = 0 if split == "train" else len(self._rows) - self.splits.num_validation
         question, answer = self._rows[offset + index]
         return Sample(sample_id=sample_id, category=self.source,
                       data={"question": question, "answer": answer})
@@ -171,11 +174,13 @@ class MathProblemsTask(Task["MathEpisode"]):
 
     # ---- rewards -------------------------------------------------------------------
     def _score_group(self, episodes: Sequence[Episode]) -> list[EpisodeScore]:
-        """Add the length-aware rewards (`cosine`, `length`), then z-normalise if asked.
+        """Add the reward terms' (`_judged`), then the length-aware rewards (`cosine`,
+        `length`), then z-normalise if asked.
 
         Lengths are completion tokens as sampled (the agent's trajectory); an agent that
         records no tokens (the oracle) is measured in characters.
         """
+        judged = self._judged(episodes)
         lengths = [episode.trajectory.completion_token_count if episode.trajectory
                    else sum(len(m.content) for m in episode.chat if m.role is Role.AGENT)
                    for episode in episodes]
@@ -188,46 +193,65 @@ class MathProblemsTask(Task["MathEpisode"]):
             added["length"] = length_rewards(correct, lengths)
         scores = []
         for index, episode in enumerate(episodes):
-            metrics = {name: values[index] for name, values in added.items()}
-            reward = episode.reward
-            for name, value in metrics.items():
+            reward, metrics, info = episode.reward, {}, {}
+            terms = judged[index]
+            if terms is not None:
+                # the reply that ended the episode earns its terms' reward; one that the
+                # agent's context cut after a retry keeps its figures, as its accuracy
+                if episode.status is EpisodeStatus.COMPLETED:
+                    reward += terms.score
+                metrics, info = terms.metrics(), terms.info()
+            group = {name: values[index] for name, values in added.items()}
+            for name, value in group.items():
                 reward += self.reward_weights[name] * value
-            scores.append(EpisodeScore(reward, metrics))
+            scores.append(EpisodeScore(reward, metrics | group, info))
         if self.normalize_rewards:
             normalised = z_normalise([score.reward for score in scores])
             scores = [EpisodeScore(value, score.metrics,
-                                   {"reward_before_normalisation": score.reward})
+                                   {**score.info, "reward_before_normalisation": score.reward})
                       for score, value in zip(scores, normalised, strict=True)]
         return scores
 
+    def _judged(self, episodes: Sequence[Episode]) -> list[RubricScore | None]:
+        """The reward terms' scores of each episode's last reply (None: no terms, or no
+        reply stepped), the group's replies asked together (one judge call for them all).
+        Scored where the group has ended, so that a retried reply is never judged."""
+        if self.model_rubric is None:
+            return [None] * len(episodes)
+        return score_last_replies(self.model_rubric, episodes)
+
 
 class MathEpisode(EpisodeEnv[MathProblemsTask]):
+    """One episode; the family's reward terms judge its `last_reply` where its group has
+    ended (`MathProblemsTask._judged`)."""
+
     _prompt = ""
+    last_reply: str | None = None  # the reply last stepped (None before the first)
+
+    @property
+    def prompt(self) -> str:
+        return self._prompt
 
     def _reset(self, sample: Sample) -> str:
         family = self.family
         prefix = WORKED_EXAMPLE if family.worked_example else ""
         self._prompt = f"{prefix}Question: {sample.data['question']}\n{family.instruction}"
+        self.last_reply = None
         return self._prompt
 
     def _step(self, action: str) -> StepOutcome:
         assert self.sample is not None
         family = self.family
+        self.last_reply = action
         scored = family.rubric.score(action, self.sample, self._prompt)
         correct = scored.values["accuracy"] > 0
         metrics = {name: scored.values[name] for name in family.reported_rewards}
         metrics |= scored.details
-        reward, info = scored.score, {}
-        if family.model_rubric is not None:
-            judged = family.model_rubric.score(action, self.sample, self._prompt)
-            reward += judged.score
-            metrics |= judged.metrics()
-            info = judged.info()
         if not correct and self.round_index < family.max_round:
-            return StepOutcome(observation=family.retry_message, metrics=metrics, info=info)
-        return StepOutcome(observation="", reward=reward, terminated=True,
+            return StepOutcome(observation=family.retry_message, metrics=metrics)
+        return StepOutcome(observation="", reward=scored.score, terminated=True,
                            outcome=Outcome.CORRECT if correct else Outcome.INCORRECT,
-                           metrics=metrics, info=info)
+                           metrics=metrics)
 
     def _oracle_reply(self) -> str:
         assert self.sample is not None

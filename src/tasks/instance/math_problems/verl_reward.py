@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from src.tasks.rubric import DetailedReward
+from src.tasks.reward_functions import DetailedReward
 
 CUSTOM = "custom"  # the reward's name: that of a `CustomReward`
 

@@ -21,18 +21,19 @@ import zlib
 from collections.abc import Sequence
 from typing import Literal
 
+from src.configuration.components import COMPONENTS
 from src.language_models.tool_calls import hermes_text, tool_response_text
 from src.records.episode import Outcome, Sample
 from src.sandboxes.settings import SandboxSettings
 from src.tasks.instance.math_problems.rewards import TEXT_REWARDS, text_rubric
 from src.tasks.instance.math_problems.verification import start_verifier
+from src.tasks.splits import Splits
 from src.tasks.task import (
     Rounds,
     StepOutcome,
+    counted_sample,
     derived_seed,
-    parse_split_sample_id,
     split_sample_id,
-    split_sample_ids,
 )
 from src.tasks.tool_episode import (
     CallsPerReply,
@@ -79,6 +80,7 @@ def is_held_out(fact: str) -> bool:
     return zlib.crc32(fact.encode()) % HELD_OUT_SHARE == 0
 
 
+@COMPONENTS.register("math_python_tool")
 class MathPythonToolTask(ToolTask["MathPythonToolEpisode"]):
     """Arithmetic with a Python tool in a sandbox (see the module docstring). Metrics:
     the rubric's (`accuracy`, `boxed_answer`, the weighted ones) and the tool episode's
@@ -89,9 +91,7 @@ class MathPythonToolTask(ToolTask["MathPythonToolEpisode"]):
         self,
         kinds: list[Kind] | None = None,  # taken in turn by sample index; default both
         sum_terms: int = 4,  # the numbers of a `sum` problem
-        num_train: int = 256,
-        num_validation: int = 64,
-        seed: int = 0,  # the problems: each split draws from streams of its own
+        splits: Splits = Splits(),  # each split draws its problems from streams of its own
         instruction: str = ("Use the python tool to compute it, then give the final answer "
                             "in \\boxed{}."),
         worked_example: bool = True,  # a solved problem with a tool call before the question
@@ -110,9 +110,7 @@ class MathPythonToolTask(ToolTask["MathPythonToolEpisode"]):
         if sum_terms < 2:
             raise ValueError(f"sum_terms must be at least 2, got {sum_terms}")
         self.sum_terms = sum_terms
-        self.num_train = num_train
-        self.num_validation = num_validation
-        self.seed = seed
+        self.splits = splits
         self.instruction = instruction
         self.worked_example = worked_example
         self.reward_weights = dict(reward_weights or {"accuracy": 0.9, "boxed_number": 0.1})
@@ -124,17 +122,12 @@ class MathPythonToolTask(ToolTask["MathPythonToolEpisode"]):
         start_verifier()  # not within the first step's time limit
 
     def sample_ids(self, split: str = "train") -> Sequence[str]:
-        return split_sample_ids(split, {"train": self.num_train,
-                                        "validation": self.num_validation}.get(split, 0))
+        return self.splits.sample_ids(split)
 
     def _get_sample(self, sample_id: str) -> Sample:
-        split, index = parse_split_sample_id(sample_id)
-        counts = {"train": self.num_train, "validation": self.num_validation}
-        if index >= counts.get(split, 0):
-            raise KeyError(f"no sample '{sample_id}': split '{split}' has "
-                           f"{counts.get(split, 0)}")
+        split, index = counted_sample(sample_id, self.splits.counts)
         kind = self.kinds[index % len(self.kinds)]
-        rng = random.Random(derived_seed("math_python_tool", self.seed, split, index))
+        rng = random.Random(derived_seed("math_python_tool", self.splits.seed, split, index))
         expression, value, fact = problem(kind, rng, self.sum_terms)
         while is_held_out(fact) != (split != "train"):
             expression, value, fact = problem(kind, rng, self.sum_terms)

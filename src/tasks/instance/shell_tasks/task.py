@@ -37,6 +37,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from src.configuration.components import COMPONENTS
 from src.language_models.tool_calls import hermes_text, tool_response_text
 from src.records.episode import Outcome, Sample
 from src.sandboxes.contract import Files, SandboxUnavailable
@@ -49,6 +50,7 @@ from src.tasks.instance.shell_tasks.generation import (
     ScriptCheck,
     ShellProblem,
 )
+from src.tasks.splits import Splits
 from src.tasks.task import (
     Rounds,
     StepOutcome,
@@ -56,7 +58,6 @@ from src.tasks.task import (
     counted_sample,
     derived_seed,
     split_sample_id,
-    split_sample_ids,
     unknown_name,
 )
 from src.tasks.tool_episode import (
@@ -68,7 +69,6 @@ from src.tasks.tool_episode import (
 )
 
 Seconds = Annotated[float, Field(gt=0)]
-Count = Annotated[int, Field(ge=0)]
 _EXAMPLE_COMMAND = "wc -l < data.txt"
 WORKED_EXAMPLE = (f"Example:\nTask: How many lines does data.txt have?\n"
                   f"Assistant: {hermes_text(None, [('bash', {'command': _EXAMPLE_COMMAND})])}\n"
@@ -85,6 +85,7 @@ def problem_of(data: Mapping[str, Any]) -> ShellProblem:
     return ShellProblem(**{**data, "script": ScriptCheck(**script) if script else None})
 
 
+@COMPONENTS.register("shell_tasks")
 class ShellTask(ToolTask["ShellEpisode"]):
     """File and text tasks with a bash tool, checked on the host's values (see the module
     docstring)."""
@@ -92,9 +93,8 @@ class ShellTask(ToolTask["ShellEpisode"]):
     def __init__(
         self,
         kinds: list[Kind] | None = None,  # taken in turn by sample index; default all
-        num_train: Count = 256,
-        num_validation: Count = 64,
-        seed: int = 0,  # the files and questions: each split draws from streams of its own
+        # each split draws its files and questions from streams of its own
+        splits: Splits = Splits(),
         instruction: str = ("Use the bash tool in the working folder. When you are done, "
                             "reply without a tool call; if the task asks a question, give "
                             "the answer in \\boxed{}."),
@@ -111,12 +111,8 @@ class ShellTask(ToolTask["ShellEpisode"]):
         _check_kinds(kinds)
         super().__init__(max_round, tools or ["bash"], sandbox, max_tool_output_chars,
                          max_calls_per_reply)
-        if num_train < 0 or num_validation < 0:
-            raise ValueError(f"num_train and num_validation must be >= 0, got {num_train} "
-                             f"and {num_validation}")
         self.kinds: tuple[Kind, ...] = tuple(kinds or KINDS)
-        self.counts = {"train": num_train, "validation": num_validation}
-        self.seed = seed
+        self.splits = splits
         self.instruction = instruction
         self.worked_example = worked_example
         self.script_timeout_s = script_timeout_s
@@ -129,12 +125,12 @@ class ShellTask(ToolTask["ShellEpisode"]):
         super().check_parameters(parameters)
 
     def sample_ids(self, split: str = "train") -> Sequence[str]:
-        return split_sample_ids(split, self.counts.get(split, 0))
+        return self.splits.sample_ids(split)
 
     def _get_sample(self, sample_id: str) -> Sample:
-        split, index = counted_sample(sample_id, self.counts)
+        split, index = counted_sample(sample_id, self.splits.counts)
         kind = self.kinds[index % len(self.kinds)]
-        rng = random.Random(derived_seed("shell_tasks", self.seed, split, index))
+        rng = random.Random(derived_seed("shell_tasks", self.splits.seed, split, index))
         return Sample(sample_id=split_sample_id(split, index), category=kind,
                       data=problem_data(GENERATORS[kind](rng)))
 

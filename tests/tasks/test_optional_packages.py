@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from src.configuration.components import COMPONENTS
 from src.run_experiment import main
 from src.tasks.optional_packages import import_optional
 from tests.conftest import PROJECT_ROOT
@@ -19,9 +20,13 @@ ADAPTERS = [("reasoning_gym", "reasoning_gym_grpo.yaml", "reasoning_gym"),
 @pytest.mark.parametrize(("package", "recipe", "extra"), ADAPTERS)
 def test_a_recipe_without_its_package_names_the_pip_command(
         package: str, recipe: str, extra: str, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest) -> None:
+    # the adapter as a fresh process finds it: not imported, not registered yet
+    adapter = COMPONENTS.get(package)
+    COMPONENTS.unregister(package)
+    request.addfinalizer(lambda: COMPONENTS.register(package)(adapter))
+    monkeypatch.delitem(sys.modules, f"src.tasks.adapters.{package}.task", raising=False)
     monkeypatch.setitem(sys.modules, package, None)  # import fails as if not installed
-    monkeypatch.delitem(sys.modules, f"src.tasks.instance.{package}.task", raising=False)
     config = PROJECT_ROOT / "configs" / "assignments" / recipe
     assert main(["--config_path", str(config), "--dry_run"]) == 2
     error = capsys.readouterr().err

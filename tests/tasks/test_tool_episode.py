@@ -4,6 +4,7 @@ are outcomes with figures, never crashes; every sandbox is closed on every path.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 
 import psutil
@@ -143,7 +144,10 @@ def kill_sandbox_then_call(episode: Episode) -> str:
     assert isinstance(environment, ToolEpisode)
     bubblewrap = psutil.Process(environment._sandbox.process.pid)
     for process in bubblewrap.children(recursive=True):
-        process.kill()  # the supervisor and the session: the sandbox is dead
+        # the supervisor and the session: the sandbox is dead (one may have gone with its
+        # parent, killed just before)
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
     return python("print(x)")
 
 

@@ -240,13 +240,15 @@ def test_hung_calls_past_the_cap_end_new_episodes_with_a_clear_error() -> None:
                              splits=SplitsWithSelection(num_train=4, num_validation=1))
     RELEASE.clear()
     try:
-        already = hung_calls()
-        faults = FaultPolicy(step_timeout_s=0.5, max_hung_calls=already + 1)
+        # other tests' hung calls may end meanwhile: this one's stays hung until RELEASE,
+        # so a cap of 1 refuses the next episode whatever theirs do
         hung = roll_out_lockstep([(task.get_sample("train-000000"), 0)], task,
-                                 Scripted({"train-000000"}), 0, [0], faults=faults)
-        assert hung[0].status is EpisodeStatus.TASK_ERROR and hung_calls() == already + 1
+                                 Scripted({"train-000000"}), 0, [0],
+                                 faults=FaultPolicy(step_timeout_s=0.5, max_hung_calls=10_000))
+        assert hung[0].status is EpisodeStatus.TASK_ERROR and hung_calls() >= 1
         refused = roll_out_lockstep([(task.get_sample("train-000001"), 0)], task,
-                                    Scripted(set()), 1, [1], faults=faults)
+                                    Scripted(set()), 1, [1],
+                                    faults=FaultPolicy(step_timeout_s=0.5, max_hung_calls=1))
     finally:
         RELEASE.set()
     assert refused[0].status is EpisodeStatus.TASK_ERROR

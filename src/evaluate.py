@@ -128,12 +128,13 @@ def evaluate(output_dir: Path, target_dir: Path, checkpoint: str = "best",
 def _evaluate(output_dir: Path, target_dir: Path, checkpoint: str, callback: str | None,
               task_changes: Sequence[str], evaluation_changes: dict[str, Any] | None
               ) -> dict[str, float]:
-    run = RunDirectory(output_dir)
-    if not run.stored_config():
+    run_config = RunDirectory(output_dir).stored_config()
+    if not run_config:
         raise ConfigError(f"{output_dir} is not a run folder (no {CONFIG_FILE})")
     # in today's spelling, as the run's pipeline reads a stored config
-    run_config = run.stored_config(
-        pipeline_of(run.stored_config(), PIPELINES, CONFIG_FILE).resume_rules.translate)
+    translate = pipeline_of(run_config, PIPELINES, CONFIG_FILE).translate_names
+    if translate is not None:
+        translate(run_config, output_dir / CONFIG_FILE)
     if (target_dir / STATE_FILE).exists() or target_dir.resolve() == output_dir.resolve():
         raise ConfigError(f"--target_dir {target_dir} is a run folder: evaluate writes into "
                           "a folder of its own, never over a run's files")

@@ -5,7 +5,7 @@
 #   3. the offline groups of run 1 (1 RCE and 1 GRPO epoch, 8 held-out),
 #   4. every shipped config's --dry_run output.
 # Usage: bash experiments/run_structure/behaviour.sh CHECKOUT OUT
-# then:  python3 experiments/run_structure/compare.py OUT_BEFORE OUT_AFTER
+# then:  python3 -m experiments.run_structure.compare OUT_BEFORE OUT_AFTER
 set -euo pipefail
 checkout=$(realpath "$1"); out=$(realpath -m "$2")
 mkdir -p "$out/configs" "$out/dry_run"

@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 import yaml
 
+from src.training.safe_load import load_plain
+
 WALL_CLOCK = ("time/", "agent_tokens_per_s", "seconds", "_per_s")
 
 
@@ -47,7 +49,7 @@ def _same(left: Path, right: Path) -> bool:
     if left.name == "metrics.jsonl":
         return _rows(left) == _rows(right)
     if left.name == "rng_state.pt":
-        a, b = (torch.load(p, weights_only=False) for p in (left, right))
+        a, b = (load_plain(p) for p in (left, right))  # tensors and numbers, no code
         return "torch" in a and torch.equal(a["torch"], b["torch"])
     if left.name in ("run_state.json", "trackers.json"):
         a, b = (json.loads(p.read_text()) for p in (left, right))

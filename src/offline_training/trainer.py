@@ -106,7 +106,7 @@ class OfflineGroupTrainer(Steps, Stateful):
     def train(self, run: RunDirectory, state: RunState) -> dict:
         """Train the epochs after the last committed one (`state.completed_batches` counts
         epochs here), committing each with its checkpoint; return the run's summary."""
-        return run_steps(self, run, state, self.metrics, self.show_progress)
+        return run_steps(self, run, state, self.show_progress)
 
     def parts(self) -> list[Part]:
         return [Part(self.store, self, best_rule(self.config.grpo.kl_band_high))]

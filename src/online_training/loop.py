@@ -268,7 +268,7 @@ class OnlineTraining(Steps):
         self._serve_latest_policy()
         return self.evaluator.evaluate(step, self.run.path, self.metrics)
 
-    def summary(self, protocol: RunProtocol, metrics: MetricsLog) -> dict:
+    def summary(self, protocol: RunProtocol) -> dict:
         records = [EpisodeRecord.model_validate(row) for row in self.episodes_log.read()]
         return summarize(records)
 

@@ -23,7 +23,7 @@ from src.run.assembly import instantiate
 from src.run.folder import AGENT_STATE, TASK_STATE
 from src.run.judge_models import reward_term_models
 from src.run.pipeline import EvaluationParts, Pipeline
-from src.run.start import RunOptions, Started, train_run
+from src.run.start import RunOptions, Started, keyed_config, train_run
 from src.run.step_loop import run_steps
 from src.storage.state import keeps_state
 from src.tasks.task import Task
@@ -32,21 +32,14 @@ from src.tasks.task import Task
 def run_online_training(source: YamlSource, options: RunOptions) -> int:
     """Validate, then train (or resume); the exit status of the command."""
 
-    def prepare() -> tuple[Any, OnlineTrainingPlan, str]:
-        config, _ = load_online_config(source)
-        if options.output_dir is not None:
-            section = config.assignment_config.model_copy(
-                update={"output_dir": options.output_dir})
-            config = config.model_copy(update={ONLINE_TRAINING_KEY: section})
-        return config, plan_online_training(config, source), config.assignment_config.output_dir
-
+    prepare = keyed_config(source, ONLINE_TRAINING_KEY, lambda file: load_online_config(file)[0],
+                           plan_online_training, options.output_dir)
     def train(started: Started[OnlineTrainingPlan]) -> dict:
         components = build_components(started.plan)
         try:
             steps = OnlineTraining(started.plan.config.assignment_config, components,
                                    started.run)
-            summary = run_steps(steps, started.run, started.state, steps.metrics,
-                                options.show_progress)
+            summary = run_steps(steps, started.run, started.state, options.show_progress)
         finally:
             for language_model in components.language_models.values():
                 language_model.close()

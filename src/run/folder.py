@@ -138,10 +138,9 @@ class RunDirectory:
         A folder that committed no batch starts afresh with `config`, whatever it was
         started with (a run that failed before its first commit, resumed with its config
         corrected). A change of a key the pipeline's `rules` call resume-safe (more
-        batches, say) is written into the stored
-        config.yaml, which then says what the run went on with; the stored config is read
-        through the rules' `translate`. A folder that holds
-        files but no run is refused untouched."""
+        batches, say) is written into the stored config.yaml, which then says what the
+        run went on with; the stored config is read through the rules' `translate`. A
+        folder that holds files but no run is refused untouched."""
         self._check_is_a_run_or_new(config_path)
         self.path.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(self.path)

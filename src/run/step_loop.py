@@ -49,6 +49,7 @@ class Steps(ABC):
 
     unit: str  # what a step is, for the progress bar: batch, step, epoch
     total: int  # the steps of the whole run
+    metrics: MetricsLog  # the run's metrics.jsonl and trackers
     # the evaluation's figures in a metrics row of their own after the step's (the online
     # pipeline's layout) rather than in the step's row
     evaluation_row_apart: bool = False
@@ -88,11 +89,11 @@ class Steps(ABC):
     def evaluate(self, step: int) -> dict[str, float]:
         """The held-out figures after step `step` (0: before the first)."""
 
-    def summary(self, protocol: RunProtocol, metrics: MetricsLog) -> dict:
+    def summary(self, protocol: RunProtocol) -> dict:
         """The run's summary (summary.json), once every step is committed: how many steps,
         the best step's record and the last logged row."""
         return {f"{self.unit}s": self.total, "best": protocol.best(),
-                "final": metrics.jsonl.read()[-1]}
+                "final": self.metrics.jsonl.read()[-1]}
 
     def close(self) -> None:  # noqa: B027
         """The run ended (finished, failed or interrupted)."""
@@ -106,10 +107,10 @@ def evaluate_apart(evaluate: Callable[..., dict[str, float]], step: int,
         return evaluate(step, metrics=metrics)
 
 
-def run_steps(steps: Steps, run: RunDirectory, state: RunState, metrics: MetricsLog,
-              show_progress: bool) -> dict:
+def run_steps(steps: Steps, run: RunDirectory, state: RunState, show_progress: bool) -> dict:
     """Train the steps after the last committed one, committing as the steps say; the run's
     summary."""
+    metrics = steps.metrics
     protocol = RunProtocol(run, metrics, steps.parts(), steps.runs_log())
     try:
         steps.prepare()
@@ -130,7 +131,7 @@ def run_steps(steps: Steps, run: RunDirectory, state: RunState, metrics: Metrics
     finally:
         steps.close()  # first: a batch rolling out ahead stops before the trackers close
         metrics.close()
-    summary = steps.summary(protocol, metrics)
+    summary = steps.summary(protocol)
     protocol.finish(summary)
     return summary
 

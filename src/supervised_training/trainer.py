@@ -88,7 +88,7 @@ class SupervisedTrainer(Steps, Stateful):
     def train(self, run: RunDirectory, state: RunState) -> dict:
         """Train the steps after the last committed one (`state.completed_batches` counts
         optimiser steps here), committing as configured; return the run's summary."""
-        return run_steps(self, run, state, self.metrics, self.show_progress)
+        return run_steps(self, run, state, self.show_progress)
 
     # ---- the steps, as the step loop runs them -------------------------------------
     def parts(self) -> list[Part]:
@@ -130,18 +130,21 @@ class SupervisedTrainer(Steps, Stateful):
         return StepReport(figures, postfix={"loss": f"{window[-1].loss:.3f}"})
 
     def evaluation_due(self, step: int) -> bool:
-        every = self.config.evaluation.every_steps if self.config.evaluation else None
-        return self.evaluator is not None and (
-            step == self.total or (every is not None and step % every == 0))
+        return self.evaluator is not None and self._evaluation_step(step)
 
     def evaluate(self, step: int) -> dict[str, float]:
         assert self.evaluator is not None  # evaluation_due says so
         return evaluate_apart(self.evaluator, step, self.metrics)
 
-    def _commit_point(self, step: int) -> bool:
+    def _evaluation_step(self, step: int) -> bool:
+        """The last step, and every `evaluation.every_steps`-th."""
         every = self.config.evaluation.every_steps if self.config.evaluation else None
-        return (step % self.config.training.save_every_steps == 0 or step == self.total
-                or (every is not None and step % every == 0))
+        return step == self.total or (every is not None and step % every == 0)
+
+    def _commit_point(self, step: int) -> bool:
+        """Every `save_every_steps`-th step, and wherever an evaluation falls."""
+        return (step % self.config.training.save_every_steps == 0
+                or self._evaluation_step(step))
 
     # ---- state, as the run protocol saves and restores it -----------------------------
     def save_state(self, directory: Path) -> None:

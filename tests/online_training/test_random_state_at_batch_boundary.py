@@ -83,7 +83,7 @@ def test_each_checkpoint_holds_the_generators_of_its_batch_boundary(tmp_path: Pa
         trainers={"trainer": trainer})
     run = RunDirectory(tmp_path)
     steps = OnlineTraining(assignment, components, run)
-    run_steps(steps, run, RunState(), steps.metrics, show_progress=False)
+    run_steps(steps, run, RunState(), show_progress=False)
 
     for step in range(1, BATCHES + 1):
         saved = load_plain(run.callback_store("trainer").path(step) / RNG)

@@ -46,5 +46,5 @@ def run_until_crash(config: Path, batch_index: int,
     components.trainers["crash"] = CrashInBatch(batch_index, after_evaluation)
     with pytest.raises(KeyboardInterrupt):
         steps = OnlineTraining(experiment.assignment_config, components, run)
-        run_steps(steps, run, state, steps.metrics, show_progress=False)
+        run_steps(steps, run, state, show_progress=False)
     return run

@@ -35,7 +35,7 @@ def test_the_loop_calls_its_trainer_on_purpose(tmp_path: Path) -> None:
     state = run.start(experiment, path)
     components = build_components(plan_online_training(experiment, source))
     steps = OnlineTraining(experiment.assignment_config, components, run)
-    run_steps(steps, run, state, steps.metrics, show_progress=False)
+    run_steps(steps, run, state, show_progress=False)
 
     calls = RecordingTrainer.calls
     # 32 train samples in batches of 8, each rolled out twice

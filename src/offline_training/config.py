@@ -15,6 +15,7 @@ from pydantic import (
 
 from src.agents.agent import Agent
 from src.configuration.models import ComponentConfig, StrictModel
+from src.configuration.short_names import short_names
 from src.configuration.yaml_source import YamlSource, validate_keyed
 from src.language_models.language_model import TrainableLanguageModel
 from src.run.assembly import ComponentPlan, plan_component
@@ -144,7 +145,12 @@ class OfflineTrainingPlan:
         return "\n".join(lines)
 
 
+# a file as read into today's spelling: a registered component by its name alone
+TODAYS_NAMES = short_names(OfflineExperimentConfig)
+
+
 def load_offline_config(source: YamlSource) -> OfflineExperimentConfig:
+    TODAYS_NAMES(source.data, source)
     return validate_keyed(source, OFFLINE_TRAINING_KEY, OfflineExperimentConfig)
 
 

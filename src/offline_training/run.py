@@ -11,6 +11,7 @@ from src.configuration.yaml_source import YamlSource
 from src.language_models.language_model import LanguageModel, TrainableLanguageModel
 from src.offline_training.config import (
     OFFLINE_TRAINING_KEY,
+    TODAYS_NAMES,
     GroupsConfig,
     OfflineTrainingPlan,
     load_offline_config,
@@ -117,4 +118,5 @@ def build_for_evaluation(path: Path, models: dict[str, LanguageModel]) -> Evalua
 
 PIPELINE = Pipeline(OFFLINE_TRAINING_KEY, run_offline_training, build_for_evaluation,
                     task_path=("evaluation", "task"), evaluation_path=("evaluation",),
-                    resume_safe_keys=SECTION_RESUME_SAFE_KEYS)
+                    resume_safe_keys=SECTION_RESUME_SAFE_KEYS,
+                    translate_names=TODAYS_NAMES)

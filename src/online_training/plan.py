@@ -14,14 +14,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from src.agents.agent import Agent
 from src.configuration.components import constructor_fields
 from src.configuration.errors import ConfigError
+from src.configuration.short_names import drop_registered_modules
 from src.configuration.yaml_source import YamlSource
 from src.language_models.language_model import BASE_WEIGHTS, LanguageModel
 from src.online_training.config import OnlineExperimentConfig
-from src.online_training.flat_names import translate_flat_names
+from src.online_training.flat_names import Origin, translate_flat_names
 from src.run.assembly import (
     adapter_only,
     check_selection_split,
@@ -70,8 +72,16 @@ def load_online_config(file: Path | YamlSource) -> tuple[OnlineExperimentConfig,
     if not isinstance(source.data, dict):
         raise ConfigError("the file must hold a mapping with key 'assignment_config'",
                           file=str(source.path))
-    translate_flat_names(source.data, source)
+    read_in_todays_names(source.data, source)
     return source.validate(OnlineExperimentConfig), source
+
+
+def read_in_todays_names(data: Any, origin: Origin) -> None:
+    """A file as read (in place) into today's spelling: LifelongAgentBench's flat names
+    translated (flat_names.py), a registered component named by its name alone
+    (src/configuration/short_names.py)."""
+    translate_flat_names(data, origin)
+    drop_registered_modules(data, OnlineExperimentConfig)
 
 
 def plan_online_training(config: OnlineExperimentConfig,

@@ -10,7 +10,6 @@ from src.configuration.errors import ConfigError
 from src.configuration.yaml_source import YamlSource
 from src.language_models.language_model import LanguageModel, TrainableLanguageModel
 from src.online_training.config import ONLINE_TRAINING_KEY, RESUME_SAFE_KEYS
-from src.online_training.flat_names import translate_flat_names
 from src.online_training.loop import OnlineTraining, online_evaluator
 from src.online_training.plan import (
     OnlineTrainingPlan,
@@ -18,6 +17,7 @@ from src.online_training.plan import (
     build_language_models,
     load_online_config,
     plan_online_training,
+    read_in_todays_names,
 )
 from src.run.assembly import instantiate
 from src.run.folder import AGENT_STATE, TASK_STATE
@@ -80,4 +80,4 @@ def build_for_evaluation(path: Path, models: dict[str, LanguageModel]) -> Evalua
 
 PIPELINE = Pipeline(ONLINE_TRAINING_KEY, run_online_training, build_for_evaluation,
                     task_path=("task",), evaluation_path=("evaluation",),
-                    resume_safe_keys=RESUME_SAFE_KEYS, translate_names=translate_flat_names)
+                    resume_safe_keys=RESUME_SAFE_KEYS, translate_names=read_in_todays_names)

@@ -9,6 +9,7 @@ from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
 
 from src.agents.agent import Agent
 from src.configuration.models import ComponentConfig, EvaluationSplits, StrictModel
+from src.configuration.short_names import short_names
 from src.configuration.yaml_source import YamlSource, validate_keyed
 from src.language_models.language_model import TrainableLanguageModel
 from src.records.episode import Outcome
@@ -195,7 +196,12 @@ class SupervisedTrainingPlan:
         return "\n".join(lines)
 
 
+# a file as read into today's spelling: a registered component by its name alone
+TODAYS_NAMES = short_names(SupervisedExperimentConfig)
+
+
 def load_supervised_config(source: YamlSource) -> SupervisedExperimentConfig:
+    TODAYS_NAMES(source.data, source)
     return validate_keyed(source, SUPERVISED_TRAINING_KEY, SupervisedExperimentConfig)
 
 

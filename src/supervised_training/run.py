@@ -26,6 +26,7 @@ from src.run.start import RunOptions, keyed_config, train_run
 from src.runtime.reproducibility import prepare_model_building
 from src.supervised_training.config import (
     SUPERVISED_TRAINING_KEY,
+    TODAYS_NAMES,
     SupervisedTrainingConfig,
     SupervisedTrainingPlan,
     load_supervised_config,
@@ -150,4 +151,5 @@ def build_for_evaluation(path: Path, models: dict[str, LanguageModel]) -> Evalua
 
 PIPELINE = Pipeline(SUPERVISED_TRAINING_KEY, run_supervised_training, build_for_evaluation,
                     task_path=("task",), evaluation_path=("evaluation",),
-                    resume_safe_keys=SECTION_RESUME_SAFE_KEYS)
+                    resume_safe_keys=SECTION_RESUME_SAFE_KEYS,
+                    translate_names=TODAYS_NAMES)

@@ -26,6 +26,7 @@ from src.run.start import RunOptions  # noqa: E402
 from src.run.storage_guard import StorageFailure  # noqa: E402
 from src.runtime.worker_process import prepare_process  # noqa: E402
 from src.storage.files import DamagedRunFolder  # noqa: E402
+from src.storage.run_lock import RunFolderInUse  # noqa: E402
 from src.supervised_training.run import PIPELINE as SUPERVISED_TRAINING  # noqa: E402
 from src.training.learner import NonFiniteUpdate  # noqa: E402
 
@@ -48,14 +49,14 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command's exit status: 0 done, 2 a config or data error (a damaged run folder
-    too), 3 the output folder refused a write (full or read-only; the run resumes once it
+    """The command's exit status: 0 done, 2 a config or data error (a damaged run folder,
+    or one another process is training, too), 3 the output folder refused a write (full or read-only; the run resumes once it
     is fixed), 4 an update left non-finite weights (nothing of it committed)."""
     arguments = parse_arguments(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return run_command(arguments)
-    except DamagedRunFolder as error:
+    except (DamagedRunFolder, RunFolderInUse) as error:
         print(f"run folder error: {error}", file=sys.stderr)
         return 2
     except StorageFailure as failure:

@@ -40,12 +40,14 @@ from src.storage.files import (
 from src.storage.run_layout import (
     CONFIG_FILE,
     EVALUATION_PREFIXES,
+    LOCK_FILE,
     METRICS_LOG,
     RUNS_LOG,
     STATE_FILE,
     SUMMARY_FILE,
     evaluation_file,
 )
+from src.storage.run_lock import RunLock
 
 TASK_STATE = "task_state"
 AGENT_STATE = "agent_state"
@@ -67,6 +69,7 @@ class RunDirectory:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.callback_state = path / "callback_state"
+        self.lock: RunLock | None = None  # held from `start` while this object lives
 
     @classmethod
     def resolve(cls, pattern: str, config: BaseModel, fresh: bool = False,
@@ -143,6 +146,7 @@ class RunDirectory:
         folder that holds files but no run is refused untouched."""
         self._check_is_a_run_or_new(config_path)
         self.path.mkdir(parents=True, exist_ok=True)
+        self.lock = RunLock(self.path)  # before anything is read or written: one process
         remove_stale_temporaries(self.path)
         dump = config.model_dump(mode="json")
         state = self.read_state()
@@ -184,7 +188,7 @@ class RunDirectory:
             raise ConfigError(f"output_dir {self.path} is a file, not a folder: choose "
                               "another output_dir", file=str(config_path))
         foreign = sorted(entry.name for entry in self.path.iterdir()
-                         if entry.name != CONFIG_FILE
+                         if entry.name not in (CONFIG_FILE, LOCK_FILE)
                          and temporary_target(entry.name) not in (CONFIG_FILE, STATE_FILE))
         if foreign:
             named = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more"

@@ -13,6 +13,7 @@ from src.configuration.errors import ConfigError
 from src.run.folder import RunDirectory
 from src.storage.files import DamagedRunFolder, probe_writable, storage_os_error
 from src.storage.run_layout import STATE_FILE
+from src.storage.run_lock import RunFolderInUse
 
 
 class StorageFailure(Exception):
@@ -44,7 +45,7 @@ def storage_guard(folder: Path) -> Iterator[None]:
     that fails a write probe. Any other error passes through unchanged."""
     try:
         yield
-    except (StorageFailure, ConfigError, DamagedRunFolder):
+    except (StorageFailure, ConfigError, DamagedRunFolder, RunFolderInUse):
         raise  # a refusal, not a failed write: nothing to probe
     except Exception as error:
         cause = storage_os_error(error, folder) or probe_writable(folder)

@@ -7,6 +7,7 @@ run kernel writes them; the report, export and evaluate commands read them).
     metrics.jsonl        one line of figures per step
     evaluation/          step-N.jsonl of the validation split, <split>/step-N.jsonl others
     summary.json         the run's end figures
+    .run.lock            locked by the process that trains the run, while it runs
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ STATE_FILE = "run_state.json"
 RUNS_LOG = "runs.jsonl"
 METRICS_LOG = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
+LOCK_FILE = ".run.lock"  # held by the process training the run (src/storage/run_lock.py)
 EVALUATION_FOLDER = "evaluation"
 # each held-out split and the prefix of its figures in metrics.jsonl
 EVALUATION_PREFIXES = {"validation": "eval/", "selection": "selection/"}

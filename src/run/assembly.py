@@ -18,6 +18,7 @@ import inspect
 import types
 import typing
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel
@@ -28,12 +29,18 @@ from src.configuration.components import (
     resolve_class,
     validate_parameters,
 )
-from src.configuration.models import ComponentConfig, NestedComponentConfig
+from src.configuration.models import ComponentConfig, NestedComponentConfig, StrictModel
 from src.configuration.yaml_source import YamlSource
 from src.language_models.language_model import LanguageModel, NamesModels
 from src.run.component_plan import ComponentPlan
 from src.run.judge_models import unlisted_model, with_language_models
+from src.tasks.reward_functions import RewardTerm
+from src.tasks.reward_terms import terms_rubric
 from src.tasks.task import Task, TaskSettingError
+
+# a task family's reward terms (a judge, a reward model) in its parameters: the family's
+# own where its constructor takes them, else added to it (`Task.add_reward_terms`)
+ADDED_TERMS = "reward_terms"
 
 
 def plan_component(spec: ComponentConfig | NestedComponentConfig,
@@ -45,6 +52,7 @@ def plan_component(spec: ComponentConfig | NestedComponentConfig,
     cls = resolve_class(spec, key_path, source, base)
     fields = constructor_fields(cls)
     given = dict(spec.parameters)
+    added_terms = _added_terms(cls, fields, given, key_path, source)
     nested: dict[str, ComponentPlan] = {}
     for name, value in given.items():
         component_type = _nested_component_type(fields.get(name, (None,))[0])
@@ -75,7 +83,24 @@ def plan_component(spec: ComponentConfig | NestedComponentConfig,
                 f"{name} must be a {wanted.__name__}", (*key_path, "parameters", name))
     if issubclass(cls, Task):
         _check_task_settings(cls, parameters, key_path, source)
-    return ComponentPlan(key_path, spec.name or cls.__name__, cls, {**parameters, **nested})
+    return ComponentPlan(key_path, spec.name or cls.__name__, cls, {**parameters, **nested},
+                         added_terms)
+
+
+class _AddedTerms(StrictModel):
+    reward_terms: list[RewardTerm]
+
+
+def _added_terms(cls: type, fields: dict[str, Any], given: dict[str, Any],
+                 key_path: tuple[str | int, ...], source: YamlSource
+                 ) -> tuple[RewardTerm, ...]:
+    """A task's `reward_terms`, taken out of `given`, where its constructor takes none:
+    any family scores with them (`Task.add_reward_terms`)."""
+    if not issubclass(cls, Task) or ADDED_TERMS in fields or ADDED_TERMS not in given:
+        return ()
+    terms = source.validate(_AddedTerms, {ADDED_TERMS: given.pop(ADDED_TERMS)},
+                            (*key_path, "parameters"))
+    return tuple(terms.reward_terms)
 
 
 def _check_task_settings(cls: type[Task[Any]], parameters: dict[str, Any],
@@ -123,8 +148,8 @@ def check_selection_split(task_plan: ComponentPlan, source: YamlSource,
                           splits_key: tuple[str | int, ...]) -> None:
     """Evaluating a selection split needs a task that draws one: build the task (no model
     is loaded) and ask, before the run folder is made."""
-    try:
-        task = instantiate(task_plan, {})
+    try:  # without the reward terms added to it: a judge's model is not loaded here
+        task = instantiate(replace(task_plan, added_terms=()), {})
     except (ValueError, TypeError, KeyError, OSError) as error:  # its own parameter checks
         raise source.error(f"the task cannot be built: {error}", task_plan.key_path) from error
     try:
@@ -168,6 +193,11 @@ def instantiate(component: ComponentPlan, language_models: dict[str, LanguageMod
             arguments[name] = None if value is None else language_models[value]
         else:
             arguments[name] = with_language_models(value, language_models)
-    return component.cls(**arguments)
+    built = component.cls(**arguments)
+    added = terms_rubric([with_language_models(term, language_models)
+                          for term in component.added_terms])
+    if added is not None:
+        built.add_reward_terms(added)
+    return built
 
 

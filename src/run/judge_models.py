@@ -45,6 +45,8 @@ def reward_term_models(component: ComponentPlan) -> Iterator[tuple[KeyPath, str]
                 yield from walk(item, (*where, index))
 
     yield from walk(component.parameters, (*component.key_path, "parameters"))
+    yield from walk(list(component.added_terms),
+                    (*component.key_path, "parameters", "reward_terms"))
 
 
 def check_reward_term_models(components: Iterable[ComponentPlan], used_by: Mapping[str, str],

@@ -7,7 +7,7 @@ replies (src/tasks/rubric.py, whose docstring says how).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # not imported: the scoring worker imports this module, and n
     from src.language_models.language_model import LanguageModel
 
 
-REWARD_ARGUMENTS = ("reply", "answer", "sample", "sample_id", "prompt")
+REWARD_ARGUMENTS = ("reply", "answer", "sample", "sample_id", "prompt", "transcript")
 
 
 TIMEOUT_METRIC = "scorer_timeout"  # 1: a function ran past its bound on the reply
@@ -59,7 +59,14 @@ class RewardTerm(BaseModel):
     says which by a classmethod `language_model_names(parameters)` (the setting naming
     each -> its name). A run checks the names against its `language_model_list` and gives
     the term the live models (`with_language_models`, src/run/assembly.py); the class is
-    then built with `language_models={name: model}` beside its parameters."""
+    then built with `language_models={name: model}` beside its parameters.
+
+    Every task family takes a list of them as `reward_terms` among its parameters: the
+    math family and SingleTurnTask place them in rewards of their own; any other family
+    is given them (`Task.add_reward_terms`, src/tasks/reward_terms.py): each episode's
+    last reply, in its dialogue (`{transcript}` in a judge's template), is scored where
+    its group ends, and the weighted sum added to the family's reward of an episode that
+    ended itself; the outcome stays the family's."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -105,6 +112,12 @@ class RewardTerm(BaseModel):
                              "language_model_list; in Python, `with_language_models`)")
         return target(**self.parameters,
                       language_models={name: self._language_models[name] for name in named})
+
+
+def transcript_of(messages: Iterable[tuple[str, str]]) -> str:
+    """A dialogue as a reward function reads it (`transcript`): each message as
+    `<role>: <content>` (`user` the task, `agent` the agent), a blank line between."""
+    return "\n\n".join(f"{role}: {content}" for role, content in messages)
 
 
 def name_of(function: Any) -> str:

@@ -8,9 +8,11 @@ naming parameters among `REWARD_ARGUMENTS`, and receives only those, by keyword:
   such samples when a function asks for it);
 - `sample`: all the sample's fields, the mapping it was written as (read-only);
 - `sample_id`: the sample's id (verl's `compute_score` is given it in `extra_info`);
-- `prompt`: the text the task asked.
+- `prompt`: the text the task asked;
+- `transcript`: the episode's chat as text (`transcript_of`), for a function that judges
+  a whole dialogue; a reply scored alone has its prompt and itself as its transcript.
 
-A function taking `**kwargs` receives all five. Asking for any other parameter without a
+A function taking `**kwargs` receives all six. Asking for any other parameter without a
 default is an error when the rubric is built, not when the first reply comes. A function
 may return a `DetailedReward` instead of a float: its value, and figures of its own that
 are reported as `<name>/<key>` (verl's dict of a `score` and other numbers).
@@ -55,8 +57,7 @@ out. `score_group` asks it once for the whole group, so that the group's replies
 its model together (one generate call, one forward batch); it calls every other function
 reply by reply. `scores_together` says whether a rubric has such a function: a task
 whose reward has one scores its replies where a group has ended (src/tasks/task.py
-`_score_group`), each episode's last reply (`score_last_replies`, its environment a
-`RepliedEnvironment`).
+`_score_group`), each episode's last reply (src/tasks/reward_terms.py).
 
 A `DetailedReward` may also carry `texts`, short strings kept in the episode's info under
 `reward_function_texts` -> `<name>` (a judge's prompt and verdict), which the run page
@@ -74,10 +75,10 @@ import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from src.configuration.components import import_dotted
-from src.records.episode import Episode, Sample
+from src.records.episode import Sample
 from src.sandboxes.bounded_call import (
     SCORER_TIMEOUT_S,
     BoundedFunction,
@@ -91,6 +92,7 @@ from src.tasks.reward_functions import (
     RewardOrError,
     arguments_of,
     name_of,
+    transcript_of,
 )
 
 logger = logging.getLogger(__name__)
@@ -245,14 +247,19 @@ class Rubric:
         return self._scores([_given(reply, sample, prompt)], together=False)[0]
 
     def score_group(self, replies: Sequence[str], samples: Sequence[Sample],
-                    prompts: Sequence[str]) -> list[RubricScore]:
-        """`score` of each reply to its sample, asked as its prompt, with each function
-        that scores many at once asked once for them all: see the module docstring."""
-        if not len(replies) == len(samples) == len(prompts):
-            raise ValueError(f"{len(replies)} replies, {len(samples)} samples and "
-                             f"{len(prompts)} prompts: give one of each per reply")
-        return self._scores([_given(reply, sample, prompt) for reply, sample, prompt
-                             in zip(replies, samples, prompts, strict=True)], together=True)
+                    prompts: Sequence[str], transcripts: Sequence[str] | None = None
+                    ) -> list[RubricScore]:
+        """`score` of each reply to its sample, asked as its prompt (in the dialogue its
+        transcript writes, where given), with each function that scores many at once
+        asked once for them all: see the module docstring."""
+        given = list(transcripts) if transcripts is not None else [None] * len(replies)
+        if not len(replies) == len(samples) == len(prompts) == len(given):
+            raise ValueError(f"{len(replies)} replies, {len(samples)} samples, "
+                             f"{len(prompts)} prompts and {len(given)} transcripts: give "
+                             "one of each per reply")
+        return self._scores([_given(*arguments) for arguments
+                             in zip(replies, samples, prompts, given, strict=True)],
+                            together=True)
 
     def _scores(self, given: list[dict[str, Any]], together: bool) -> list[RubricScore]:
         """The scores of the replies that `given` holds the arguments of, each function
@@ -359,36 +366,10 @@ class _Tally:
     texts: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
-@runtime_checkable
-class RepliedEnvironment(Protocol):
-    """An episode environment that keeps the reply it last stepped (None before the first)
-    and the prompt it asked, for its family to score where the group has ended."""
-
-    last_reply: str | None
-
-    @property
-    def prompt(self) -> str: ...
-
-
-def score_last_replies(rubric: Rubric, episodes: Sequence[Episode]
-                       ) -> list[RubricScore | None]:
-    """`rubric`'s scores of each episode's last reply, the group's scored together
-    (`Rubric.score_group`); None for an episode whose environment stepped no reply."""
-    replied = [(index, episode.environment) for index, episode in enumerate(episodes)
-               if isinstance(episode.environment, RepliedEnvironment)
-               and episode.environment.last_reply is not None]
-    scored = rubric.score_group([environment.last_reply or "" for _, environment in replied],
-                                [episodes[index].sample for index, _ in replied],
-                                [environment.prompt for _, environment in replied])
-    scores: list[RubricScore | None] = [None] * len(episodes)
-    for (index, _), score in zip(replied, scored, strict=True):
-        scores[index] = score
-    return scores
-
-
-def _given(reply: str, sample: Sample, prompt: str) -> dict[str, Any]:
+def _given(reply: str, sample: Sample, prompt: str,
+           transcript: str | None = None) -> dict[str, Any]:
     """Every argument a function may take, for one reply (see REWARD_ARGUMENTS)."""
     return {"reply": reply, "answer": sample.data.get("answer"), "sample": dict(sample.data),
-            "sample_id": sample.sample_id, "prompt": prompt}
-
-
+            "sample_id": sample.sample_id, "prompt": prompt,
+            "transcript": (transcript_of([("user", prompt), ("agent", reply)])
+                           if transcript is None else transcript)}

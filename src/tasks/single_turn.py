@@ -45,7 +45,8 @@ from typing import Any
 from src.configuration.components import COMPONENTS, import_dotted
 from src.records.episode import Episode, Outcome, Sample
 from src.tasks.reward_functions import RewardTerm
-from src.tasks.rubric import Rubric, score_last_replies
+from src.tasks.reward_terms import score_last_replies
+from src.tasks.rubric import Rubric
 from src.tasks.task import (
     SPLITS,
     EpisodeEnv,
@@ -132,6 +133,7 @@ class SingleTurnTask(Task["SingleTurnEpisode"]):
 
     def close(self) -> None:
         self.rubric.close()  # a reward model's Ray actor stops with the run's task
+        super().close()
 
     def _score_group(self, episodes: Sequence[Episode]) -> list[EpisodeScore]:
         """The group's replies scored together, where the rubric scores them so (see the

@@ -35,6 +35,8 @@ import gymnasium
 from pydantic import Field
 
 from src.records.episode import Episode, EpisodeStatus, Outcome, Sample, StepInfo
+from src.tasks.reward_terms import score_last_replies
+from src.tasks.rubric import Rubric, RubricScore
 
 SPLITS = ("train", "validation", "selection")
 # a task's round limit as a constructor parameter: a config's value below 1 is refused
@@ -138,6 +140,8 @@ class Task(ABC, Generic[EpisodeT]):
     """
 
     max_observation_chars: int = MAX_OBSERVATION_CHARS
+    # reward terms given to a family that takes none of its own (`add_reward_terms`)
+    added_terms: Rubric | None = None
 
     def __init__(self, max_round: int = 1) -> None:
         if max_round < 1:
@@ -184,6 +188,9 @@ class Task(ABC, Generic[EpisodeT]):
         if len(scores) != len(episodes):
             raise ValueError(f"{type(self).__name__}._score_group gave {len(scores)} scores "
                              f"for {len(episodes)} episodes")
+        if self.added_terms is not None:
+            scores = _with_terms(scores, episodes,
+                                 score_last_replies(self.added_terms, episodes))
         # success rates and the best checkpoint read the outcome: where the task's outcome
         # is a rule on the reward, it is the rule on the final reward (a group term may
         # have changed it); an episode the task did not end itself keeps its own
@@ -199,9 +206,24 @@ class Task(ABC, Generic[EpisodeT]):
         reward adds), and then the outcome the episode ended with stands."""
         return None
 
+    @final
+    def add_reward_terms(self, rubric: Rubric) -> None:
+        """Score each finished episode's last reply by `rubric` too (a judge, a reward
+        model: src/tasks/reward_terms.py), where the group ends, after the family's own
+        scoring: an episode that ended itself (not cut at the round limit) earns its
+        weighted sum; every scored episode gets its figures and its info (a judge's
+        prompt and verdict). A config gives a family's `reward_terms` so where its
+        constructor takes none (src/run/assembly.py). `close` closes the rubric."""
+        if self.added_terms is not None:
+            raise ValueError(f"{type(self).__name__} was given reward terms already")
+        self.added_terms = rubric
+
     # ---- resources -----------------------------------------------------------------
     def close(self) -> None:
-        """Release what the family holds. Safe to call twice."""
+        """Release what the family holds. Safe to call twice. A family that overrides
+        it calls `super().close()`: the reward terms added to it are closed here."""
+        if self.added_terms is not None:
+            self.added_terms.close()
 
     # ---- hooks ---------------------------------------------------------------------
     @abstractmethod
@@ -210,6 +232,15 @@ class Task(ABC, Generic[EpisodeT]):
     def _score_group(self, episodes: Sequence[Episode]) -> list[EpisodeScore]:
         """Hook: scores over a finished group; by default each episode keeps its reward."""
         return [EpisodeScore(episode.reward) for episode in episodes]
+
+
+def _with_terms(scores: Sequence[EpisodeScore], episodes: Sequence[Episode],
+                terms: Sequence[RubricScore | None]) -> list[EpisodeScore]:
+    """The family's scores with the added reward terms' (`Task.add_reward_terms`)."""
+    return [score if scored is None else EpisodeScore(
+        score.reward + (scored.score if episode.status is EpisodeStatus.COMPLETED else 0.0),
+        {**score.metrics, **scored.metrics()}, {**score.info, **scored.info()}, score.outcome)
+        for score, episode, scored in zip(scores, episodes, terms, strict=True)]
 
 
 class EpisodeEnv(gymnasium.Env[str, str], ABC, Generic[TaskT]):

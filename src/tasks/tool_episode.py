@@ -127,6 +127,7 @@ class ToolTask(Task[EpisodeT]):
     def close(self) -> None:
         """Close the pool: the warm sandboxes and every episode's still open."""
         self._pool.close()
+        super().close()
 
 
 class ToolEpisode(EpisodeEnv[ToolTaskT]):

@@ -55,10 +55,12 @@ def everything(**given: Any) -> DetailedReward:
     except TypeError:  # the sample is read-only to reward functions
         writable = 0.0
     return DetailedReward(0.5, {
-        "given": float(sorted(given) == ["answer", "prompt", "reply", "sample", "sample_id"]),
+        "given": float(sorted(given) == ["answer", "prompt", "reply", "sample", "sample_id",
+                                         "transcript"]),
         "seen": float((given["reply"], given["answer"], given["prompt"], given["sample_id"],
-                       dict(given["sample"])) == ("Paris", "Paris", "asked", "train-000007",
-                                                  FIELDS)),
+                       dict(given["sample"]), given["transcript"])
+                      == ("Paris", "Paris", "asked", "train-000007", FIELDS,
+                          "user: asked\n\nagent: Paris")),
         "writable": writable})
 
 
@@ -69,7 +71,8 @@ def fields(sample: Mapping[str, Any], prompt: str, scale: float = 2.0) -> Detail
 
 def test_each_function_gets_only_the_arguments_it_names() -> None:
     rubric = Rubric([everything, fields], weights=[-2.0, 1.0])
-    assert rubric.arguments == {"reply", "answer", "sample", "sample_id", "prompt"}
+    assert rubric.arguments == {"reply", "answer", "sample", "sample_id", "prompt",
+                                "transcript"}
     scored = rubric.score("Paris", SAMPLE, "asked")
     assert scored.score == -1.0  # negative weights penalise
     # a default of its own is left alone
@@ -359,8 +362,10 @@ def test_a_group_is_scored_as_one_by_one_a_function_of_many_asked_once() -> None
     assert [score.errors for score in failed] == [
         {"together": "ConnectionError: the model is gone"}] * 2
     assert [score.score for score in failed] == [1.25, 0.25]
-    with pytest.raises(ValueError, match="2 replies, 1 samples and 2 prompts"):
+    with pytest.raises(ValueError, match="2 replies, 1 samples, 2 prompts and 2 transcripts"):
         rubric.score_group(replies[:2], [SAMPLE], prompts[:2])
+    with pytest.raises(ValueError, match="2 replies, 2 samples, 2 prompts and 1 transcripts"):
+        rubric.score_group(replies[:2], [SAMPLE] * 2, prompts[:2], ["user: a"])
 
 
 def test_a_tasks_own_function_of_many_raises_its_failure() -> None:

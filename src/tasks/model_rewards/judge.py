@@ -2,7 +2,8 @@
 asked through an OpenAI-compatible server.
 
 `Judge(**settings)` is a rubric's reward function (`JudgeSettings` lists the settings):
-it fills `template` with the reply, the task's prompt, the sample's id and fields, asks
+it fills `template` with the reply, the task's prompt, the sample's id and fields, and
+the episode's transcript (the whole dialogue, for a multi-turn task's judge), asks
 it (after an optional system message) of the judge, and reads the verdict's last match of
 `pattern`:
 
@@ -144,8 +145,8 @@ class Judge:
                              timeout=self.settings.request_timeout_s)
 
     def __call__(self, reply: str, prompt: str, sample: Mapping[str, Any],
-                 sample_id: str) -> DetailedReward:
-        message, request = self._request(reply, prompt, sample, sample_id)
+                 sample_id: str, transcript: str = "") -> DetailedReward:
+        message, request = self._request(reply, prompt, sample, sample_id, transcript)
         verdict = self._verdicts.get(request)
         if verdict is None:
             verdict = self._ask(request)
@@ -155,7 +156,7 @@ class Judge:
     def many(self, arguments: Sequence[Mapping[str, Any]]
              ) -> list[DetailedReward | Exception]:
         """The rewards of a group's replies (each the keyword arguments of a call: reply,
-        prompt, sample, sample_id), their distinct requests not in the cache asked
+        prompt, sample, sample_id, transcript), their distinct requests not in the cache asked
         together (see the module docstring); each reply's failure (JudgeError) is its own
         entry, in the place of its reward."""
         results: list[DetailedReward | Exception | None] = [None] * len(arguments)
@@ -184,10 +185,10 @@ class Judge:
         return answered
 
     def _request(self, reply: str, prompt: str, sample: Mapping[str, Any],
-                 sample_id: str) -> tuple[str, str]:
+                 sample_id: str, transcript: str = "") -> tuple[str, str]:
         """The filled template, and the request that asks it: the JSON of its chat and
         settings (the cache's key)."""
-        message = self.message(reply, prompt, sample, sample_id)
+        message = self.message(reply, prompt, sample, sample_id, transcript)
         settings = self.settings
         messages = ([{"role": "system", "content": settings.system}] if settings.system
                     else []) + [{"role": "user", "content": message}]
@@ -211,10 +212,11 @@ class Judge:
             return error
 
     def message(self, reply: str, prompt: str, sample: Mapping[str, Any],
-                sample_id: str) -> str:
-        """The template filled with the reply, the prompt, the sample's id and fields (each
-        text cut to `max_field_chars`)."""
-        fields = {**sample, "reply": reply, "prompt": prompt, "sample_id": sample_id}
+                sample_id: str, transcript: str = "") -> str:
+        """The template filled with the reply, the prompt, the sample's id, the episode's
+        transcript and the sample's fields (each text cut to `max_field_chars`)."""
+        fields = {**sample, "reply": reply, "prompt": prompt, "sample_id": sample_id,
+                  "transcript": transcript}
         limit = self.settings.max_field_chars
         fields = {key: _cut(value, limit) if isinstance(value, str) else value
                   for key, value in fields.items()}

@@ -23,7 +23,7 @@ LABEL_PATTERN = r"\\boxed\{\s*([^{}]*?)\s*\}"
 # the end of a verdict that is searched: a server that ignores `max_tokens` cannot make
 # the pattern scan megabytes (the final verdict is at the end)
 VERDICT_READ_CHARS = 100_000
-TEMPLATE_FIELDS = ("reply", "prompt", "sample_id")  # beside the sample's own fields
+TEMPLATE_FIELDS = ("reply", "prompt", "sample_id", "transcript")  # and the sample's fields
 # the settings that only a judge by URL reads, and those that only a language model's reads
 SERVER_SETTINGS = frozenset({"model", "api_key_variable", "request_timeout_s", "retries",
                              "backoff_s"})
@@ -44,9 +44,9 @@ class JudgeSettings(BaseModel):
     model: str | None = None
     # (a server) the environment variable that holds the API key; None: it wants none
     api_key_variable: str | None = None
-    # the user message: a format string over {reply}, {prompt}, {sample_id} and the
-    # sample's fields ({answer}, ...); the task's reply and prompt win over sample fields
-    # of the same name
+    # the user message: a format string over {reply}, {prompt}, {sample_id},
+    # {transcript} (the episode's dialogue) and the sample's fields ({answer}, ...); the
+    # task's reply and prompt win over sample fields of the same name
     template: str
     system: str | None = None  # a system message before it
     score_range: tuple[float, float] | None = None  # a score verdict: its [low, high]
@@ -90,8 +90,9 @@ class JudgeSettings(BaseModel):
                 raise ValueError(f"pattern {self.verdict_pattern!r} has no group to read")
         except re.error as error:
             raise ValueError(f"pattern {self.verdict_pattern!r}: {error}") from error
-        if "reply" not in format_fields(self.template):
-            raise ValueError("template never reads {reply}: the judge would not see the reply")
+        if not {"reply", "transcript"} & format_fields(self.template):
+            raise ValueError("template never reads {reply} or {transcript}: the judge "
+                             "would not see the reply")
         return self
 
     def check_judge(self) -> None:

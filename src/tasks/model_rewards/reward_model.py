@@ -4,7 +4,8 @@ model (`AutoModelForSequenceClassification`) and its tokenizer.
 `RewardModel(**settings)` is a rubric's reward function (`RewardModelSettings` lists the
 settings). Its input is the task's prompt and the reply as the tokenizer's chat template
 renders them (a user message, then the assistant's), or `text`, a format string over
-{reply}, {prompt}, {sample_id} and the sample's fields. The reward is, times `scale`:
+{reply}, {prompt}, {sample_id}, {transcript} (the episode's whole dialogue: a multi-turn
+task's) and the sample's fields. The reward is, times `scale`:
 
 - without `label`, the model's one logit, or its sigmoid with `squash`;
 - with `label` (a name of the model's `id2label`, or an index), that label's probability
@@ -66,8 +67,9 @@ class RewardModelSettings(BaseModel):
     label: str | int | None = None
     squash: bool = False  # the sigmoid of the logit (without `label`)
     scale: float = 1.0  # the reward is the score times this
-    # the model's input: a format string over {reply}, {prompt}, {sample_id} and the
-    # sample's fields; None: the prompt and the reply in the tokenizer's chat template
+    # the model's input: a format string over {reply}, {prompt}, {sample_id},
+    # {transcript} and the sample's fields; None: the prompt and the reply in the
+    # tokenizer's chat template
     text: str | None = None
     max_length: PositiveInt = 4096  # tokens of an input; a longer one loses its start
     batch_size: PositiveInt = 8  # inputs per forward pass
@@ -82,8 +84,9 @@ class RewardModelSettings(BaseModel):
         if self.squash and self.label is not None:
             raise ValueError("squash applies to the logit: a label's probability is already "
                              "in [0, 1]")
-        if self.text is not None and "reply" not in format_fields(self.text):
-            raise ValueError("text never reads {reply}: the model would not see the reply")
+        if self.text is not None and not {"reply", "transcript"} & format_fields(self.text):
+            raise ValueError("text never reads {reply} or {transcript}: the model would "
+                             "not see the reply")
         if self.placement == "caller" and "actor" in self.model_fields_set:
             raise ValueError("actor applies to placement: ray_actor; this model is placed "
                              "in the caller")
@@ -173,15 +176,16 @@ class RewardModel:
         return int(indices[label])
 
     def __call__(self, reply: str, prompt: str, sample: Mapping[str, Any],
-                 sample_id: str) -> float:
-        return self.scores([self.text_of(reply, prompt, sample, sample_id)])[0]
+                 sample_id: str, transcript: str = "") -> float:
+        return self.scores([self.text_of(reply, prompt, sample, sample_id, transcript)])[0]
 
     def text_of(self, reply: str, prompt: str, sample: Mapping[str, Any],
-                sample_id: str) -> str:
+                sample_id: str, transcript: str = "") -> str:
         """The model's input for a reply (special tokens included where the chat template
         writes them)."""
         if self.settings.text is not None:
-            fields = {**sample, "reply": reply, "prompt": prompt, "sample_id": sample_id}
+            fields = {**sample, "reply": reply, "prompt": prompt, "sample_id": sample_id,
+                      "transcript": transcript}
             return self.settings.text.format_map(fields)
         return self.tokenizer.apply_chat_template(
             [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}],
@@ -189,7 +193,7 @@ class RewardModel:
 
     def many(self, arguments: Sequence[Mapping[str, Any]]) -> list[float | Exception]:
         """The rewards of a group's replies (each the keyword arguments of a call: reply,
-        prompt, sample, sample_id), scored together by one `scores` call; an input that
+        prompt, sample, sample_id, transcript), scored together by one `scores` call; an input that
         cannot be written is its reply's failure, a failure of the model every reply's."""
         inputs: list[str | Exception] = []
         for given in arguments:

@@ -14,8 +14,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,97 +26,12 @@ from src.run_experiment import main
 from src.tasks.model_rewards.judge import Judge, JudgeError
 from src.tasks.rubric import ERRORS_KEY, TEXTS_KEY, Rubric
 from tests.tasks.model_rewards.capitals_config import capitals_config
+from tests.tasks.model_rewards.judge_server import GARBLED, HANG, Answer, JudgeServer
 
 pytest.importorskip("openai", reason="the judge's client: pip install -e '.[openai]'")
 
 SAMPLE = Sample(sample_id="train-000003", data={"question": "France", "answer": "Paris"})
 TEMPLATE = "Question: {question}\nReference: {answer}\nReply: {reply}\nGrade it 0-10."
-HANG = "hang"  # an answer: the server keeps the request until the test ends
-GARBLED = "garbled"  # an answer: HTTP 200 whose body is no JSON
-
-# what the server answers one request: a verdict's text, an HTTP status, HANG or GARBLED
-Answer = str | int
-
-
-class JudgeServer:
-    """A chat-completions server on 127.0.0.1 in daemon threads. `answer(request)` says
-    what each request gets; every request's body and Authorization header is kept."""
-
-    def __init__(self, answer: Callable[[dict[str, Any]], Answer]) -> None:
-        self.answer = answer
-        self.requests: list[dict[str, Any]] = []
-        self.keys: list[str | None] = []
-        self.released = threading.Event()
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                owner.requests.append(body)
-                owner.keys.append(self.headers.get("Authorization"))
-                answer = owner.answer(body)
-                if answer == HANG:
-                    owner.released.wait(30.0)
-                    return
-                if answer == GARBLED:
-                    self.send(200, b"<html>a proxy's error page</html>", "text/html")
-                elif isinstance(answer, int):
-                    self.send(answer, json.dumps({"error": {
-                        "message": f"status {answer}", "type": "server_error"}}).encode())
-                else:
-                    self.send(200, json.dumps(completion(body["model"], answer)).encode())
-
-            def send(self, status: int, payload: bytes,
-                     kind: str = "application/json") -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.released.set()
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def completion(model: str, text: str) -> dict[str, Any]:
-    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": model,
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": text}}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[..., JudgeServer]]:
-    """Starts a server whose answers are given in turn (the last one kept), or by a
-    function of the request."""
-    servers: list[JudgeServer] = []
-
-    def start(*answers: Answer, by: Callable[[dict[str, Any]], Answer] | None = None
-              ) -> JudgeServer:
-        queue = list(answers)
-        server = JudgeServer(by or (lambda _: queue.pop(0) if len(queue) > 1 else queue[0]))
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.close()
-
-
 def judge(server: JudgeServer | str, **settings: Any) -> Judge:
     base_url = server if isinstance(server, str) else server.base_url
     return Judge(**{"name": "graded", "base_url": base_url, "model": "judge-7b",

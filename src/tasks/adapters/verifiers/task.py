@@ -215,6 +215,7 @@ class VerifiersTask(Task["VerifiersEpisode"]):
 
     def close(self) -> None:
         self._loop.close()
+        super().close()
 
 
 class VerifiersEpisode(EpisodeEnv[VerifiersTask]):

@@ -35,7 +35,8 @@ from src.tasks.instance.math_problems.verl_reward import (
     CustomRewardFunction,
 )
 from src.tasks.reward_functions import RewardTerm
-from src.tasks.rubric import Rubric, RubricScore, score_last_replies
+from src.tasks.reward_terms import score_last_replies, terms_rubric
+from src.tasks.rubric import RubricScore
 from src.tasks.splits import Splits
 from src.tasks.task import (
     EpisodeEnv,
@@ -124,10 +125,9 @@ class MathProblemsTask(Task["MathEpisode"]):
             raise ValueError(f"reward_weights: unknown reward functions {sorted(unknown)}; "
                              f"available: {sorted(available)}")
         self.rubric = text_rubric(self.reward_weights, custom)
-        terms = [RewardTerm.model_validate(term) for term in reward_terms or ()]
         # their own rubric: failures are the reply's, recorded, where the task's raise
-        self.model_rubric = (Rubric([term.build() for term in terms],
-                                    [term.weight for term in terms]) if terms else None)
+        self.model_rubric = terms_rubric([RewardTerm.model_validate(term)
+                                          for term in reward_terms or ()])
         clashing = sorted(set(self.model_rubric.names if self.model_rubric else ())
                           & (available | set(ALWAYS_REPORTED)))
         if clashing:
@@ -171,6 +171,7 @@ class MathProblemsTask(Task["MathEpisode"]):
     def close(self) -> None:
         if self.model_rubric is not None:
             self.model_rubric.close()
+        super().close()
 
     # ---- rewards -------------------------------------------------------------------
     def _score_group(self, episodes: Sequence[Episode]) -> list[EpisodeScore]:

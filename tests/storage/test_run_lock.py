@@ -67,6 +67,21 @@ def test_a_second_process_is_refused_until_the_first_dies(
     RunLock(folder).release()  # the kernel released the dead holder's lock
 
 
+def test_holds_within_one_process_share_the_lock(tmp_path: Path,
+                                                holder: list[subprocess.Popen[str]]) -> None:
+    """A run crashed in this process and resumed by it (as the crash tests do) holds the
+    folder twice; the lock goes with the last hold."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    first, second = RunLock(folder), RunLock(folder)
+    first.release()
+    with pytest.raises(subprocess.CalledProcessError):  # still held: another process fails
+        subprocess.run([sys.executable, "-c", HOLDER, str(folder), "alone"], cwd=PROJECT_ROOT,
+                       check=True, capture_output=True, timeout=60)
+    second.release()
+    hold(folder, holder)  # free once both are released
+
+
 def test_a_process_the_holder_started_does_not_keep_its_lock(
         tmp_path: Path, holder: list[subprocess.Popen[str]]) -> None:
     folder = tmp_path / "run"

@@ -14,6 +14,7 @@ lock holds between processes only: a second hold in the same process shares it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
@@ -74,7 +75,10 @@ class RunLock:
             self._key = None
 
     def __del__(self) -> None:
-        self.release()
+        # at interpreter exit this module's globals may be gone first: the process's end
+        # releases the lock anyway
+        with contextlib.suppress(AttributeError, TypeError):
+            self.release()
 
 
 # this process's locks: the lock file's resolved path -> [its descriptor, the holds]

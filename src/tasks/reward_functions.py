@@ -114,6 +114,15 @@ class RewardTerm(BaseModel):
                       language_models={name: self._language_models[name] for name in named})
 
 
+def template_fields(reply: str, prompt: str, sample: Mapping[str, Any], sample_id: str,
+                    transcript: str) -> dict[str, Any]:
+    """What a model reward's format string reads (a judge's `template`, a reward model's
+    `text`): the sample's fields, and the reply, the prompt, the sample's id and the
+    transcript over any field of the same name."""
+    return {**sample, "reply": reply, "prompt": prompt, "sample_id": sample_id,
+            "transcript": transcript}
+
+
 def transcript_of(messages: Iterable[tuple[str, str]]) -> str:
     """A dialogue as a reward function reads it (`transcript`): each message as
     `<role>: <content>` (`user` the task, `agent` the agent), a blank line between."""

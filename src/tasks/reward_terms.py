@@ -53,12 +53,13 @@ def score_last_replies(rubric: Rubric, episodes: Sequence[Episode]
     docstring)."""
     replied = [(index, reply, prompt) for index, episode in enumerate(episodes)
                for reply, prompt in [_last_reply(episode)] if reply is not None]
-    scored = rubric.score_group(
-        [reply for _, reply, _ in replied],
-        [episodes[index].sample for index, _, _ in replied],
-        [prompt for _, _, prompt in replied],
-        [transcript_of((message.role.value, message.content)
-                       for message in episodes[index].chat) for index, _, _ in replied])
+    transcripts = ([transcript_of((message.role.value, message.content)
+                                  for message in episodes[index].chat)
+                    for index, _, _ in replied]
+                   if "transcript" in rubric.arguments else None)  # written where read
+    scored = rubric.score_group([reply for _, reply, _ in replied],
+                                [episodes[index].sample for index, _, _ in replied],
+                                [prompt for _, _, prompt in replied], transcripts)
     scores: list[RubricScore | None] = [None] * len(episodes)
     for (index, _, _), score in zip(replied, scored, strict=True):
         scores[index] = score

@@ -244,7 +244,8 @@ class Rubric:
     def score(self, reply: str, sample: Sample, prompt: str) -> RubricScore:
         """Every function on `reply` to `sample`, asked as `prompt`. Raises for what a
         function does only without `catch_errors`: see the module docstring."""
-        return self._scores([_given(reply, sample, prompt)], together=False)[0]
+        return self._scores([_given(reply, sample, prompt, None, self.arguments)],
+                            together=False)[0]
 
     def score_group(self, replies: Sequence[str], samples: Sequence[Sample],
                     prompts: Sequence[str], transcripts: Sequence[str] | None = None
@@ -257,7 +258,7 @@ class Rubric:
             raise ValueError(f"{len(replies)} replies, {len(samples)} samples, "
                              f"{len(prompts)} prompts and {len(given)} transcripts: give "
                              "one of each per reply")
-        return self._scores([_given(*arguments) for arguments
+        return self._scores([_given(*arguments, self.arguments) for arguments
                              in zip(replies, samples, prompts, given, strict=True)],
                             together=True)
 
@@ -366,10 +367,13 @@ class _Tally:
     texts: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
-def _given(reply: str, sample: Sample, prompt: str,
-           transcript: str | None = None) -> dict[str, Any]:
-    """Every argument a function may take, for one reply (see REWARD_ARGUMENTS)."""
-    return {"reply": reply, "answer": sample.data.get("answer"), "sample": dict(sample.data),
-            "sample_id": sample.sample_id, "prompt": prompt,
-            "transcript": (transcript_of([("user", prompt), ("agent", reply)])
-                           if transcript is None else transcript)}
+def _given(reply: str, sample: Sample, prompt: str, transcript: str | None,
+           asked: frozenset[str]) -> dict[str, Any]:
+    """Every argument a function may take, for one reply (see REWARD_ARGUMENTS); the
+    transcript only where a function of the rubric (`asked`) takes it."""
+    given = {"reply": reply, "answer": sample.data.get("answer"), "sample": dict(sample.data),
+             "sample_id": sample.sample_id, "prompt": prompt}
+    if "transcript" in asked:
+        given["transcript"] = (transcript_of([("user", prompt), ("agent", reply)])
+                               if transcript is None else transcript)
+    return given

@@ -78,7 +78,7 @@ from src.language_models.language_model import LanguageModel, SamplingParams
 from src.tasks.model_rewards.generation_queue import Chat, generation_queue
 from src.tasks.model_rewards.judge_settings import VERDICT_READ_CHARS, JudgeSettings
 from src.tasks.optional_packages import import_optional
-from src.tasks.reward_functions import DetailedReward
+from src.tasks.reward_functions import DetailedReward, template_fields
 
 
 class JudgeError(RuntimeError):
@@ -215,11 +215,10 @@ class Judge:
                 sample_id: str, transcript: str = "") -> str:
         """The template filled with the reply, the prompt, the sample's id, the episode's
         transcript and the sample's fields (each text cut to `max_field_chars`)."""
-        fields = {**sample, "reply": reply, "prompt": prompt, "sample_id": sample_id,
-                  "transcript": transcript}
         limit = self.settings.max_field_chars
         fields = {key: _cut(value, limit) if isinstance(value, str) else value
-                  for key, value in fields.items()}
+                  for key, value in template_fields(reply, prompt, sample, sample_id,
+                                                    transcript).items()}
         try:
             return self.settings.template.format_map(fields)
         except (KeyError, IndexError, AttributeError) as error:

@@ -23,7 +23,6 @@ LABEL_PATTERN = r"\\boxed\{\s*([^{}]*?)\s*\}"
 # the end of a verdict that is searched: a server that ignores `max_tokens` cannot make
 # the pattern scan megabytes (the final verdict is at the end)
 VERDICT_READ_CHARS = 100_000
-TEMPLATE_FIELDS = ("reply", "prompt", "sample_id", "transcript")  # and the sample's fields
 # the settings that only a judge by URL reads, and those that only a language model's reads
 SERVER_SETTINGS = frozenset({"model", "api_key_variable", "request_timeout_s", "retries",
                              "backoff_s"})

@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, PositiveInt, model_validator
 
 from src.language_models.embedded_model import resolve_model_path
 from src.tasks.model_rewards.reward_model_actor import ActorScorer, RayActorSettings
+from src.tasks.reward_functions import template_fields
 from src.tasks.single_turn import format_fields
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -184,9 +185,8 @@ class RewardModel:
         """The model's input for a reply (special tokens included where the chat template
         writes them)."""
         if self.settings.text is not None:
-            fields = {**sample, "reply": reply, "prompt": prompt, "sample_id": sample_id,
-                      "transcript": transcript}
-            return self.settings.text.format_map(fields)
+            return self.settings.text.format_map(
+                template_fields(reply, prompt, sample, sample_id, transcript))
         return self.tokenizer.apply_chat_template(
             [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}],
             tokenize=False)
